@@ -1,0 +1,133 @@
+"""The diffeval command line: options → RunConfig → runner. No evaluation logic lives here."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from diffeval.config import ModelSpec, build_config, load_yaml
+from diffeval.errors import InputError
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Evaluate Differential-Transformer models against baselines on long-context tasks.")
+run_app = typer.Typer(no_args_is_help=True, help="Run an evaluation task.")
+models_app = typer.Typer(no_args_is_help=True, help="Inspect model checkpoints.")
+app.add_typer(run_app, name="run")
+app.add_typer(models_app, name="models")
+
+console = Console()
+err_console = Console(stderr=True)
+
+Opt = typer.Option
+
+
+@run_app.command("needle")
+def run_needle(
+    model: Annotated[list[str] | None, Opt("--model", "-m", help="NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable")] = None,
+    config: Annotated[str | None, Opt(help="YAML preset file or shipped preset name; flags override it")] = None,
+    ctx: Annotated[str | None, Opt(help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)")] = None,
+    needles: Annotated[str | None, Opt(help="N, needles per sample; a comma list runs several N/R settings")] = None,
+    queries: Annotated[str | None, Opt(help="R, needles queried per sample; one value or one per N")] = None,
+    depths: Annotated[str | None, Opt(help="depths of the first queried needle in percent, e.g. 0,25,50,75,100")] = None,
+    samples: Annotated[int | None, Opt(help="samples per depth × length × N/R cell [default: 50]")] = None,
+    seed: Annotated[int | None, Opt(help="seed of the sample content [default: 0]")] = None,
+    haystack: Annotated[str | None, Opt(help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")] = None,
+    out: Annotated[str | None, Opt(help="run folder [default: results/needle-<config hash>]")] = None,
+    device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
+    dtype: Annotated[str | None, Opt(help="auto (fp32 on CPU, bf16 on CUDA) | float32 | bfloat16 | float16")] = None,
+    attn_impl: Annotated[str | None, Opt(help="transformers attention implementation [default: sdpa]")] = None,
+    chat_template: Annotated[bool | None, Opt("--chat-template/--no-chat-template", help="wrap prompts in the "
+                                               "model's chat template [default: off]")] = None,
+    max_new_tokens: Annotated[int | None, Opt(help="tokens to generate [default: 32]")] = None,
+    batch_size: Annotated[int | None, Opt(help="prompts per generate call [default: 1]")] = None,
+    limit: Annotated[int | None, Opt(help="cap samples per cell (quick runs, CI)")] = None,
+    overwrite: Annotated[bool | None, Opt("--overwrite", help="replace a run folder holding another config")] = None,
+    trust_remote_code: Annotated[bool | None, Opt("--trust-remote-code", help="allow custom model code")] = None,
+    allow_overlength: Annotated[bool | None, Opt("--allow-overlength", help="allow ctx beyond max positions")] = None,
+) -> None:
+    """Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5)."""
+    flags = dict(locals())
+    flags.pop("config")
+    from diffeval import runner
+    from diffeval.report.tables import build_report
+
+    flags["models"] = flags.pop("model") or None
+    run_config = build_config("needle", load_yaml(config) if config else {}, flags)
+    folder = runner.run(run_config, err_console)
+    tables, written, _ = build_report(folder, ["md", "csv"])
+    _print_tables(tables)
+    console.print(f"results: {folder.path}  ({', '.join(p.name for p in written)})")
+
+
+@models_app.command("inspect")
+def models_inspect(
+    spec: Annotated[str, typer.Argument(help="PATH_OR_HUB_ID[:diff|:base]")],
+    device: Annotated[str, Opt(help="auto | cpu | cuda")] = "cpu",
+    dtype: Annotated[str, Opt(help="auto | float32 | bfloat16 | float16")] = "auto",
+    trust_remote_code: Annotated[bool, Opt("--trust-remote-code")] = False,
+) -> None:
+    """Architecture summary; for DIFF models λ_init and the learned λ of every layer."""
+    from diffeval.models.loading import load_model
+
+    model_spec = ModelSpec.parse(spec)
+    info = load_model(model_spec, device, dtype, attn_impl="sdpa", trust_remote_code=trust_remote_code).info
+    table = Table(title=f"{info.name}: {info.spec}", show_header=False)
+    for label, value in (
+        ("class", info.architecture), ("DIFF", "yes" if info.is_diff else "no (baseline)"),
+        ("layers", info.layers), ("attention heads", info.heads), ("KV heads", info.kv_heads),
+        ("head dim", info.head_dim), ("max positions", info.max_positions), ("RoPE base", info.rope_theta),
+        ("parameters", f"{info.parameters:,}"),
+    ):
+        table.add_row(label, str(value))
+    console.print(table)
+    if info.lambdas:
+        lambdas = Table(title="λ per layer (λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init)")
+        for column in ("layer", "λ_init", "λ (learned)"):
+            lambdas.add_column(column, justify="right")
+        for row in info.lambdas:
+            lambdas.add_row(str(row["layer"]), f"{row['lambda_init']:.4f}", f"{row['lambda']:.4f}")
+        console.print(lambdas)
+
+
+@app.command("report")
+def report(
+    run_dir: Annotated[str, typer.Argument(help="a run folder (finished or partial)")],
+    format: Annotated[str, Opt("--format", help="md, csv, latex; comma-separated")] = "md",
+) -> None:
+    """Tables from a run folder's samples.jsonl: summary.csv plus the paper layouts."""
+    from diffeval.report.tables import build_report, parse_formats
+    from diffeval.results import RunFolder
+
+    tables, written, damaged = build_report(RunFolder(run_dir), parse_formats(format))
+    _print_tables(tables)
+    if damaged:
+        err_console.print(f"warning: skipped {damaged} damaged line(s) in samples.jsonl")
+    console.print(f"wrote {', '.join(str(p) for p in written)}")
+
+
+def _print_tables(tables) -> None:
+    for name, frame in tables.items():
+        console.print(f"[bold]{name}[/bold]")
+        console.print(frame.to_markdown(floatfmt=".3f"), markup=False, highlight=False)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except InputError as exc:
+        _fail(str(exc), 2)
+    except (typer.Abort, KeyboardInterrupt):
+        err_console.print("interrupted: finished samples are saved; rerun the same command to resume")
+        sys.exit(130)
+    except typer.TyperException as exc:  # usage errors: unknown option, missing argument, bad type
+        _fail(exc.format_message(), getattr(exc, "exit_code", 2))
+
+
+def _fail(message: str, code: int) -> None:
+    if message:  # `diffeval` alone prints its help, then exits 2 with no message
+        err_console.print(f"error: {message}", markup=False, highlight=False, soft_wrap=True)
+    sys.exit(code)

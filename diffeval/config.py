@@ -1,0 +1,246 @@
+"""RunConfig: every option of a run, validated once at the edge (CLI flags, YAML preset or library call)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field, fields
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from diffeval.errors import InputError
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+MODEL_KINDS = ("auto", "diff", "base")
+
+
+def parse_ctx(text: str | int | list) -> list[int]:
+    """'4k' → 4096, '64K' → 65536, '65536' → 65536; comma lists allowed (k = 1024)."""
+    items = text if isinstance(text, list) else str(text).split(",")
+    lengths = []
+    for item in items:
+        token = str(item).strip()
+        match = re.fullmatch(r"(\d+)\s*([kK]?)", token)
+        if not match or int(match.group(1)) == 0:
+            raise InputError(f"bad context length {token!r}: use a positive integer or NNk, e.g. 4k,8k or 65536")
+        lengths.append(int(match.group(1)) * (1024 if match.group(2) else 1))
+    return lengths
+
+
+def parse_int_list(text: str | int | list, what: str) -> list[int]:
+    items = text if isinstance(text, list) else str(text).split(",")
+    try:
+        return [int(str(item).strip()) for item in items]
+    except ValueError:
+        raise InputError(f"bad {what} {text!r}: use integers separated by commas, e.g. 0,50,100") from None
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """One model to evaluate: `name=spec[:diff|:base]` on the command line, or a mapping in YAML."""
+
+    name: str
+    spec: str
+    kind: str = "auto"  # auto: DiffLlamaForCausalLM is DIFF, anything else a baseline
+
+    @classmethod
+    def parse(cls, text: str | dict) -> ModelSpec:
+        if isinstance(text, dict):
+            unknown = set(text) - {"name", "spec", "kind"}
+            if "spec" not in text or unknown:
+                raise InputError(f"bad model entry {text!r}: give 'spec' and optionally 'name' and 'kind'")
+            spec = str(text["spec"])
+            return cls._checked(str(text.get("name") or _default_name(spec)), spec, str(text.get("kind", "auto")))
+        name, sep, rest = str(text).partition("=")
+        if not sep:
+            name, rest = "", name
+        kind = "auto"
+        for suffix in ("diff", "base"):
+            if rest.endswith(f":{suffix}"):
+                rest, kind = rest[: -len(suffix) - 1], suffix
+        if not rest:
+            raise InputError(f"bad --model {text!r}: use NAME=PATH_OR_HUB_ID or a bare PATH_OR_HUB_ID")
+        return cls._checked(name or _default_name(rest), rest, kind)
+
+    @classmethod
+    def _checked(cls, name: str, spec: str, kind: str) -> ModelSpec:
+        if kind not in MODEL_KINDS:
+            raise InputError(f"bad model kind {kind!r} for {name}: use one of {', '.join(MODEL_KINDS)}")
+        if not re.fullmatch(r"[\w.\-]+", name):
+            raise InputError(f"bad model name {name!r}: use letters, digits, '.', '-' or '_'")
+        return cls(name=name, spec=spec, kind=kind)
+
+
+def _default_name(spec: str) -> str:
+    return Path(spec.rstrip("/")).name or spec
+
+
+@dataclass(frozen=True)
+class NeedleOptions:
+    """The multi-needle task: N needles per sample, R of them queried, at every ctx × depth × (N, R)."""
+
+    ctx: list[int] = field(default_factory=lambda: [4096])
+    needles: list[int] = field(default_factory=lambda: [1])
+    queries: list[int] = field(default_factory=lambda: [1])
+    depths: list[int] = field(default_factory=lambda: [0, 25, 50, 75, 100])
+    samples: int = 50
+    haystack: str = "noise"
+
+    def nr_pairs(self) -> list[tuple[int, int]]:
+        return list(zip(self.needles, self.queries, strict=True))
+
+    def validate(self) -> None:
+        if len(self.queries) == 1 and len(self.needles) > 1:
+            object.__setattr__(self, "queries", self.queries * len(self.needles))
+        if len(self.needles) != len(self.queries):
+            raise InputError(
+                f"--needles {self.needles} and --queries {self.queries} differ in length: "
+                "give one R for all or one R per N"
+            )
+        for n, r in self.nr_pairs():
+            if r < 1 or n < r:
+                raise InputError(f"needles N={n}, queries R={r}: need 1 <= R <= N")
+            if n > 64:
+                raise InputError(f"needles N={n}: at most 64 needles per sample")
+        for depth in self.depths:
+            if not 0 <= depth <= 100:
+                raise InputError(f"depth {depth} is outside 0-100: give depths in percent, e.g. 0,25,50,75,100")
+        if self.samples < 1:
+            raise InputError(f"--samples {self.samples}: need at least 1 sample per cell")
+
+
+TASK_OPTIONS = {"needle": NeedleOptions}
+# options that change what is computed: they define a run folder's identity (sample counts do not,
+# so a run can be extended with more samples and still resume)
+_IDENTITY_EXCLUDED = {"samples", "limit", "batch_size", "out", "overwrite", "device"}
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    task: str
+    models: list[ModelSpec]
+    options: NeedleOptions
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    attn_impl: str = "sdpa"
+    chat_template: bool = False
+    max_new_tokens: int = 32
+    batch_size: int = 1
+    limit: int | None = None
+    out: str | None = None
+    overwrite: bool = False
+    trust_remote_code: bool = False
+    allow_overlength: bool = False
+
+    def validate(self) -> RunConfig:
+        if not self.models:
+            raise InputError("no model given: pass --model NAME=PATH_OR_HUB_ID (repeatable), e.g. --model diff=./ckpt")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise InputError(f"model names repeat in {names}: give each --model a unique NAME=")
+        if self.device not in DEVICES:
+            raise InputError(f"bad --device {self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.dtype not in DTYPES:
+            raise InputError(f"bad --dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.max_new_tokens < 1 or self.batch_size < 1:
+            raise InputError("--max-new-tokens and --batch-size must be at least 1")
+        if self.limit is not None and self.limit < 1:
+            raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
+        self.options.validate()
+        for ctx in self.options.ctx:
+            if ctx <= self.max_new_tokens + 64:
+                raise InputError(f"context {ctx} leaves no room for a prompt: use at least {self.max_new_tokens + 65}")
+        return self
+
+    def identity(self) -> dict[str, Any]:
+        """What defines the results of a run folder."""
+        data = self.to_dict()
+        data["options"] = {k: v for k, v in data["options"].items() if k not in _IDENTITY_EXCLUDED}
+        return {k: v for k, v in data.items() if k not in _IDENTITY_EXCLUDED}
+
+    def identity_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.identity(), sort_keys=True).encode()).hexdigest()[:10]
+
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path("results") / f"{self.task}-{self.identity_hash()}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        data = dict(data)
+        options = TASK_OPTIONS[data["task"]](**data.pop("options"))
+        models = [ModelSpec(**m) for m in data.pop("models")]
+        return cls(models=models, options=options, **data)
+
+
+def find_preset(name_or_path: str) -> Path:
+    """A YAML file path, or the name of a preset shipped with diffeval (e.g. `needle-4k-table2`)."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    packaged = resources.files("diffeval") / "presets" / f"{path.stem}.yaml"
+    if packaged.is_file():
+        return Path(str(packaged))
+    raise InputError(f"config {name_or_path!r} not found: give a YAML file path or a preset name ({', '.join(list_presets())})")
+
+
+def list_presets() -> list[str]:
+    folder = resources.files("diffeval") / "presets"
+    return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_yaml(name_or_path: str) -> dict[str, Any]:
+    path = find_preset(name_or_path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where else ""
+        raise InputError(f"malformed YAML in {path}{line}: fix the syntax and rerun") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise InputError(f"{path} must hold a mapping of option: value, not a {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def build_config(task: str, yaml_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
+    """Merge preset values and command-line flags (flags win) into a validated RunConfig."""
+    values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
+    if values.pop("task", task) != task:
+        raise InputError(f"the config is for task {yaml_values.get('task')!r}, not {task!r}: run that task instead")
+    option_cls = TASK_OPTIONS[task]
+    option_names = {f.name for f in fields(option_cls)}
+    run_names = {f.name for f in fields(RunConfig)} - {"task", "options"}
+    unknown = set(values) - option_names - run_names
+    if unknown:
+        raise InputError(f"unknown option(s) {', '.join(sorted(unknown))}: see `diffeval run {task} --help`")
+    raw_models = values.pop("models", None) or []
+    if isinstance(raw_models, dict) and "spec" not in raw_models:  # YAML `models: {diff: PATH, base: PATH}`
+        raw_models = [{"name": k, **(v if isinstance(v, dict) else {"spec": v})} for k, v in raw_models.items()]
+    if isinstance(raw_models, (str, dict)):
+        raw_models = [raw_models]
+    models = [ModelSpec.parse(m) for m in raw_models]
+    option_values = {k: values.pop(k) for k in list(values) if k in option_names}
+    if "ctx" in option_values:
+        option_values["ctx"] = parse_ctx(option_values["ctx"])
+    for key, what in (("needles", "--needles"), ("queries", "--queries"), ("depths", "--depths")):
+        if key in option_values:
+            option_values[key] = parse_int_list(option_values[key], what)
+    try:
+        options = option_cls(**option_values)
+        config = RunConfig(task=task, models=models, options=options, **values)
+    except TypeError as exc:
+        raise InputError(f"bad option value: {exc}") from None
+    for name, value in (("seed", config.seed), ("samples", options.samples), ("max_new_tokens", config.max_new_tokens)):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InputError(f"option {name} must be an integer, got {value!r}")
+    return config.validate()

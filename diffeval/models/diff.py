@@ -1,0 +1,69 @@
+"""The Differential-Transformer math, in one place, beside the paper's equations (Ye et al., ICLR 2025).
+
+    DiffAttn(X) = (softmax(Q1 K1ᵀ / √d) − λ · softmax(Q2 K2ᵀ / √d)) · V                      (Eq. 1)
+    λ = exp(λq1 · λk1) − exp(λq2 · λk2) + λ_init                                           (Eq. 2)
+    λ_init = 0.8 − 0.6 · exp(−0.3 · (l − 1)),  l = 1 … L                                    (Eq. 3)
+    head_i = (1 − λ_init) · RMSNorm(DiffAttn_i(X))                                          (Eq. 4)
+
+In transformers' DiffLlama (`modeling_diffllama.py`) a layer with H attention heads runs standard attention
+twice: heads [0, H/2) of the outputs are map 1 and heads [H/2, H) are map 2, and differential head i pairs
+head i with head i + H/2 over a double-width value. Layers are 0-indexed there, so `λ_init(layer_idx)` below
+takes the 0-based index (l − 1 in the paper). Rows of the differential map sum to 1 − λ and single weights
+may be negative.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+DIFF_ARCHITECTURES = ("DiffLlamaForCausalLM",)
+
+
+def lambda_init(layer_idx: int) -> float:
+    """Eq. 3 with a 0-based layer index."""
+    return 0.8 - 0.6 * math.exp(-0.3 * layer_idx)
+
+
+@torch.no_grad()
+def learned_lambda(attention: torch.nn.Module) -> float:
+    """Eq. 2 for one DiffLlama attention module: its current, learned λ."""
+    lambda_1 = torch.exp(torch.sum(attention.lambda_q1.float() * attention.lambda_k1.float()))
+    lambda_2 = torch.exp(torch.sum(attention.lambda_q2.float() * attention.lambda_k2.float()))
+    return float(lambda_1 - lambda_2 + attention.lambda_init)
+
+
+def layer_lambdas(model: torch.nn.Module) -> list[dict[str, float]]:
+    """λ_init and learned λ of every layer of a DiffLlama model."""
+    layers = model.get_decoder().layers
+    return [
+        {"layer": i, "lambda_init": float(layer.self_attn.lambda_init), "lambda": learned_lambda(layer.self_attn)}
+        for i, layer in enumerate(layers)
+    ]
+
+
+def differential_map(
+    q1: torch.Tensor,
+    k1: torch.Tensor,
+    q2: torch.Tensor,
+    k2: torch.Tensor,
+    lam: float | torch.Tensor,
+    scaling: float | None = None,
+    mask: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Eq. 1 without V: softmax(Q1K1ᵀ·s) − λ·softmax(Q2K2ᵀ·s), s = 1/√d unless given.
+
+    Shapes: q (..., rows, d), k (..., keys, d); `mask` is boolean (True = may attend), broadcastable to
+    (..., rows, keys). Returns the (..., rows, keys) differential weights.
+    """
+    scaling = q1.shape[-1] ** -0.5 if scaling is None else scaling
+    return attention_map(q1, k1, scaling, mask) - lam * attention_map(q2, k2, scaling, mask)
+
+
+def attention_map(q: torch.Tensor, k: torch.Tensor, scaling: float, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(QKᵀ·s) over the keys, masked positions excluded."""
+    logits = (q @ k.transpose(-1, -2)) * scaling
+    if mask is not None:
+        logits = logits.masked_fill(~mask, float("-inf"))
+    return torch.softmax(logits.float(), dim=-1)

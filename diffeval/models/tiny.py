@@ -1,0 +1,60 @@
+"""Tiny Llama / DiffLlama checkpoints and byte-level BPE tokenizers built offline (tests, benchmarks, toy pair)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import DiffLlamaConfig, DiffLlamaForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
+
+
+def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> PreTrainedTokenizerFast:
+    """A byte-level BPE (no unknown tokens) with digits split one per token, saved as a transformers tokenizer."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    bos = tokenizer.token_to_id("<s>")
+    tokenizer.post_processor = processors.Sequence(
+        [processors.ByteLevel(trim_offsets=False), processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])]
+    )
+    wrapped = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
+    )
+    wrapped.save_pretrained(out_dir)
+    return wrapped
+
+
+def tiny_config(kind: str, vocab_size: int, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                head_dim: int | None = None, ffn: int = 128, max_positions: int = 8192, rope_theta: float = 10000.0):
+    """Matched configs: same heads and head_dim for both, so a DIFF head pairs two maps over a double-width V."""
+    common = dict(
+        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim or hidden // heads,
+        max_position_embeddings=max_positions, rope_theta=rope_theta, bos_token_id=0, eos_token_id=1,
+        pad_token_id=2, tie_word_embeddings=True,
+    )
+    return DiffLlamaConfig(**common) if kind == "diff" else LlamaConfig(**common)
+
+
+def build_tiny_model(kind: str, tokenizer_dir: str | Path, out_dir: str | Path, seed: int = 0, **sizes):
+    """A randomly initialised tiny model saved with its tokenizer: a real checkpoint for plumbing tests."""
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    torch.manual_seed(seed)
+    config = tiny_config(kind, len(tokenizer), **sizes)
+    model = DiffLlamaForCausalLM(config) if kind == "diff" else LlamaForCausalLM(config)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return model

@@ -1,0 +1,80 @@
+"""The loop: for each model, for each sample not yet done → backend → score → record (flushed per sample)."""
+
+from __future__ import annotations
+
+import gc
+import time
+
+import torch
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from diffeval.config import RunConfig
+from diffeval.errors import InputError
+from diffeval.models.hf import HFBackend
+from diffeval.models.loading import describe, library_versions, load_config, load_model
+from diffeval.results import RunFolder, append_record
+from diffeval.tasks import TASKS
+
+
+def check_models(config: RunConfig) -> dict[str, dict]:
+    """Fail fast, before any work: every model's config loads and every context fits its positions."""
+    infos = {}
+    for spec in config.models:
+        info = describe(spec, load_config(spec, config.trust_remote_code), kind=spec.kind)
+        longest = max(config.options.ctx)
+        if info.max_positions and longest > info.max_positions and not config.allow_overlength:
+            raise InputError(
+                f"context {longest} exceeds {spec.name}'s max_position_embeddings {info.max_positions}: "
+                "use a shorter --ctx, or --allow-overlength to extrapolate"
+            )
+        infos[spec.name] = info.to_dict()
+    return infos
+
+
+def run(config: RunConfig, console: Console | None = None) -> RunFolder:
+    console = console or Console(stderr=True)
+    task = TASKS[config.task]
+    infos = check_models(config)
+    folder = RunFolder(config.out_dir())
+    folder.prepare(config, {"versions": library_versions(), "models": infos})
+    samples = task.make_samples(config.options, config.seed, config.limit)
+    done = folder.done_keys()
+    progress = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[rate]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=console,
+    )
+    with folder.open_for_append() as handle, progress:
+        for spec in config.models:
+            todo = [s for s in samples if (spec.name, s.sample_id) not in done]
+            bar = progress.add_task(spec.name, total=len(todo), rate="")
+            if not todo:
+                continue
+            backend = HFBackend(
+                load_model(spec, config.device, config.dtype, config.attn_impl, config.trust_remote_code)
+            )
+            tokens, start = 0, time.perf_counter()
+            for i in range(0, len(todo), config.batch_size):
+                for record in task.evaluate(todo[i : i + config.batch_size], backend, config):
+                    append_record(handle, record)
+                    tokens += record["prompt_tokens"] + record["new_tokens"]
+                    rate = f"{tokens / (time.perf_counter() - start):,.0f} tok/s"
+                    progress.update(bar, advance=1, rate=rate)
+            del backend
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    return folder

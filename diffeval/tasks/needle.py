@@ -1,0 +1,365 @@
+"""Multi-needle needle-in-a-haystack (paper Table 2 and Figure 5; the LWM / Gemini 1.5 protocol).
+
+Recipe:
+1. samples: N needles "The special magic number for CITY is: NNNNNNN." with unique cities and 7-digit numbers;
+   the first of the R queried needles sits at the cell's depth, the others at seeded random depths. A sample is a
+   pure function of (seed, ctx, depth, N, R, index): the same for every model.
+2. prompt: instruction, haystack with the needles at sentence boundaries, question, answer prefix. Each model's
+   tokenizer cuts the same haystack stream so that prompt + max_new_tokens fills 99-100 % of ctx (binary search
+   on words, as RULER does); token offsets of every needle and number are recorded.
+3. backend: greedy generation, stopped at a blank line.
+4. score: the fraction of the R expected numbers found in the output as digit strings; `correct` = all found.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import random
+import re
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from diffeval.data.haystack import haystack_sentences
+from diffeval.errors import InputError
+from diffeval.models.backend import Backend
+
+# Evaluation cities. diffeval's toy-model training corpus draws from a disjoint list.
+CITIES = (
+    "Lisbon", "Porto", "Madrid", "Seville", "Valencia", "Barcelona", "Paris", "Lyon", "Marseille", "Bordeaux",
+    "Brussels", "Antwerp", "Amsterdam", "Rotterdam", "Utrecht", "Berlin", "Hamburg", "Munich", "Cologne",
+    "Frankfurt", "Vienna", "Salzburg", "Zurich", "Geneva", "Basel", "Milan", "Turin", "Venice", "Florence",
+    "Rome", "Naples", "Palermo", "Athens", "Thessaloniki", "Sofia", "Bucharest", "Belgrade", "Zagreb",
+    "Ljubljana", "Budapest", "Prague", "Brno", "Warsaw", "Krakow", "Gdansk", "Vilnius", "Riga", "Tallinn",
+    "Helsinki", "Stockholm", "Gothenburg", "Oslo", "Bergen", "Copenhagen", "Aarhus", "Dublin", "Cork",
+    "Edinburgh", "Glasgow", "Manchester", "Liverpool", "Bristol", "London", "Reykjavik", "Istanbul", "Ankara",
+    "Cairo", "Alexandria", "Casablanca", "Tunis", "Lagos", "Accra", "Nairobi", "Kampala", "Addis Ababa",
+    "Johannesburg", "Cape Town", "Durban", "Mumbai", "Delhi", "Chennai", "Kolkata", "Karachi", "Lahore",
+    "Dhaka", "Kathmandu", "Colombo", "Bangkok", "Hanoi", "Manila", "Jakarta", "Seoul", "Busan", "Osaka",
+    "Kyoto", "Tokyo", "Beijing", "Shanghai", "Sydney", "Melbourne", "Auckland", "Lima", "Bogota", "Santiago",
+    "Toronto", "Chicago",
+)
+
+INSTRUCTION = (
+    "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the numbers afterwards."
+)
+STOP = ["\n\n"]
+
+
+def needle_sentence(city: str, number: str) -> str:
+    return f"The special magic number for {city} is: {number}."
+
+
+def question(cities: list[str]) -> str:
+    if len(cities) == 1:
+        return f"What is the special magic number for {cities[0]} mentioned in the provided text?"
+    return f"What are all the special magic numbers for {_join(cities)} mentioned in the provided text?"
+
+
+def answer_prefix(cities: list[str]) -> str:
+    if len(cities) == 1:
+        return f"The special magic number for {cities[0]} mentioned in the provided text is:"
+    return f"The special magic numbers for {_join(cities)} mentioned in the provided text are:"
+
+
+def _join(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+@dataclass(frozen=True)
+class NeedleSample:
+    sample_id: str
+    ctx: int
+    depth: int
+    needles: int
+    queries: int
+    seed: int
+    index: int
+    cities: list[str]  # all N; the first R are queried, cities[0] sits at `depth`
+    numbers: list[str]
+    needle_depths: list[float]  # requested depth (percent) of each needle
+    haystack_seed: int
+
+    @property
+    def expected(self) -> list[str]:
+        return self.numbers[: self.queries]
+
+
+def make_sample(seed: int, ctx: int, depth: int, n: int, r: int, index: int, cities=CITIES) -> NeedleSample:
+    key = f"needle|seed={seed}|ctx={ctx}|depth={depth}|N={n}|R={r}|i={index}"
+    rng = random.Random(key)
+    chosen = rng.sample(list(cities), n)
+    numbers: list[str] = []
+    while len(numbers) < n:
+        number = str(rng.randint(1_000_000, 9_999_999))
+        if number not in numbers:
+            numbers.append(number)
+    depths = [float(depth)] + [round(rng.uniform(0, 100), 2) for _ in range(n - 1)]
+    return NeedleSample(
+        sample_id=hashlib.sha256(key.encode()).hexdigest()[:16],
+        ctx=ctx,
+        depth=depth,
+        needles=n,
+        queries=r,
+        seed=seed,
+        index=index,
+        cities=chosen,
+        numbers=numbers,
+        needle_depths=depths,
+        haystack_seed=rng.randrange(2**31),
+    )
+
+
+def make_samples(options, seed: int, limit: int | None = None) -> list[NeedleSample]:
+    count = min(options.samples, limit) if limit else options.samples
+    return [
+        make_sample(seed, ctx, depth, n, r, i)
+        for ctx in options.ctx
+        for n, r in options.nr_pairs()
+        for depth in options.depths
+        for i in range(count)
+    ]
+
+
+@dataclass
+class NeedlePrompt:
+    ids: list[int]
+    haystack_words: int
+    spans: dict[str, list] = field(default_factory=dict)  # token [start, end) spans
+    depth_actual: float = 0.0  # where the first queried needle starts, as % of the haystack's tokens
+
+
+class _Haystack:
+    """A sample's haystack stream as words, with the word indices where sentences end."""
+
+    def __init__(self, sentences: list[str]):
+        self.words: list[str] = []
+        self.sentence_ends: list[int] = []
+        for sentence in sentences:
+            self.words.extend(sentence.split())
+            self.sentence_ends.append(len(self.words))
+
+    def render(self, n_words: int, needles: list[tuple[float, str]]) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
+        """The first n_words words with each (depth, sentence) needle at the nearest sentence boundary.
+
+        Returns the text, each needle's character span (input order) and the whole haystack's span.
+        """
+        boundaries = [0] + [e for e in self.sentence_ends if e < n_words] + [n_words]
+        placed = []
+        for i, (depth, _) in enumerate(needles):
+            target = depth / 100 * n_words
+            j = bisect.bisect_left(boundaries, target)
+            nearest = min(boundaries[max(j - 1, 0) : j + 1], key=lambda b: (abs(b - target), b))
+            placed.append((nearest, depth, i))
+        placed.sort()
+        parts: list[str] = []
+        spans: list[tuple[int, int] | None] = [None] * len(needles)
+        length, cursor = 0, 0
+
+        def add(piece: str) -> tuple[int, int]:
+            nonlocal length
+            if parts:
+                parts.append(" ")
+                length += 1
+            parts.append(piece)
+            length += len(piece)
+            return length - len(piece), length
+
+        for boundary, _, i in placed:
+            if boundary > cursor:
+                add(" ".join(self.words[cursor:boundary]))
+                cursor = boundary
+            spans[i] = add(needles[i][1])
+        if n_words > cursor:
+            add(" ".join(self.words[cursor:n_words]))
+        return "".join(parts), spans, (0, length)
+
+
+def build_prompt(
+    sample: NeedleSample, source: str, backend: Backend, budget: int, chat_template: bool
+) -> NeedlePrompt:
+    """Fit the sample into `budget` tokens of this model: the most haystack words that fit."""
+    queried = sample.cities[: sample.queries]
+    needles = [(d, needle_sentence(c, n)) for d, c, n in zip(sample.needle_depths, sample.cities, sample.numbers)]
+    head = INSTRUCTION + "\n\n"
+    tail = "\n\n" + question(queried) + " "
+
+    def assemble(n_words: int):
+        body, needle_spans, hay_span = haystack.render(n_words, needles)
+        text = backend.render_prompt(head + body + tail, answer_prefix(queried), chat_template)
+        offset = text.index(head) + len(head)
+        shift = [(s + offset, e + offset) for s, e in needle_spans]
+        return text, shift, (hay_span[0] + offset, hay_span[1] + offset)
+
+    lengths: dict[int, int] = {}
+
+    def fits(n_words: int) -> bool:
+        if n_words not in lengths:
+            lengths[n_words] = len(backend.encode(assemble(n_words)[0]).ids)
+        return lengths[n_words] <= budget
+
+    haystack = _Haystack([])
+    if not fits(0):
+        raise InputError(
+            f"context {sample.ctx} cannot hold the instruction, {sample.needles} needles, the question and "
+            "--max-new-tokens: use a longer --ctx or fewer needles"
+        )
+    room = budget - lengths[0]
+    # a stream long enough for `room` tokens, and a close first guess of how many of its words fill them
+    min_words = room + 64
+    while True:
+        haystack = _Haystack(haystack_sentences(source, sample.haystack_seed, min_words))
+        tokens_through_word = _tokens_through_word(backend, haystack.words)
+        if tokens_through_word[-1] > room:
+            break
+        min_words *= 2
+    guess = bisect.bisect_right(tokens_through_word, room) - 1
+    n_words = _largest_fitting(fits, guess, len(haystack.words))
+    text, needle_chars, hay_chars = assemble(n_words)
+    encoding = backend.encode(text)
+    to_tokens = _CharToToken(encoding.offsets)
+    needle_spans = [to_tokens.span(*span) for span in needle_chars]
+    number_spans = []
+    for (start, end), number in zip(needle_chars, sample.numbers):
+        at = text.index(number, start, end)
+        number_spans.append(to_tokens.span(at, at + len(number)))
+    hay_span = to_tokens.span(*hay_chars)
+    first = needle_spans[0][0]
+    before = sum(e - s for s, e in needle_spans if s < first)
+    hay_tokens = (hay_span[1] - hay_span[0]) - sum(e - s for s, e in needle_spans)
+    return NeedlePrompt(
+        ids=encoding.ids,
+        haystack_words=n_words,
+        spans={"needles": needle_spans, "numbers": number_spans, "haystack": list(hay_span)},
+        depth_actual=round(100 * (first - hay_span[0] - before) / max(hay_tokens, 1), 2),
+    )
+
+
+def _tokens_through_word(backend: Backend, words: list[str]) -> list[int]:
+    """tokens_through_word[i] = how many tokens the first i words take (one tokenization of the stream)."""
+    text = " ".join(words)
+    token_ends = sorted(end for _, end in backend.encode(text).offsets)
+    counts, char = [0], 0
+    for word in words:
+        char += len(word)
+        counts.append(bisect.bisect_right(token_ends, char))
+        char += 1
+    return counts
+
+
+def _largest_fitting(fits, guess: int, upper: int) -> int:
+    """Largest n in [0, upper] with fits(n), for a monotone fits (fits(0) holds): gallop from guess, then bisect."""
+    guess = min(max(guess, 0), upper)
+    step = 4
+    if fits(guess):
+        low, high = guess, guess
+        while high < upper and fits(high):
+            low, high = high, min(high + step, upper)
+            step *= 2
+        if fits(high):
+            return high
+    else:
+        low, high = guess, guess
+        while not fits(low):
+            high, low = low, max(low - step, 0)
+            step *= 2
+    while high - low > 1:  # fits(low), not fits(high)
+        mid = (low + high) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid)
+    return low
+
+
+class _CharToToken:
+    """Character span → token span [start, end) through a fast tokenizer's offset mapping."""
+
+    def __init__(self, offsets: list[tuple[int, int]]):
+        self.starts, self.ends = [], []
+        for start, end in offsets:  # special tokens carry (0, 0): keep both lists sorted
+            self.starts.append(max(start, self.starts[-1] if self.starts else 0))
+            self.ends.append(max(end, self.ends[-1] if self.ends else 0))
+
+    def span(self, char_start: int, char_end: int) -> tuple[int, int]:
+        first = bisect.bisect_right(self.ends, char_start)
+        last = bisect.bisect_left(self.starts, char_end)
+        return first, max(last, first + 1)
+
+
+_DIGITS = re.compile(r"\d+")
+
+
+def score(output: str, expected: list[str]) -> tuple[float, bool]:
+    """Fraction of the expected numbers present in the output as whole digit strings; correct = all present."""
+    found = set(_DIGITS.findall(output))
+    hits = sum(number in found for number in expected)
+    return hits / len(expected), hits == len(expected)
+
+
+def record(sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float) -> dict:
+    value, correct = score(output, sample.expected)
+    fields = asdict(sample)
+    fields.pop("haystack_seed")
+    return {
+        "task": "needle",
+        "model": model,
+        **fields,
+        "prompt_tokens": len(prompt.ids),
+        "haystack_words": prompt.haystack_words,
+        "depth_actual": prompt.depth_actual,
+        "spans": prompt.spans,
+        "expected": sample.expected,
+        "output": output,
+        "new_tokens": new_tokens,
+        "score": value,
+        "correct": correct,
+        "seconds": round(seconds, 4),
+    }
+
+
+def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """Table 2 layout (rows = models, columns = N/R, per length) and a depth × length grid per model."""
+    frame = records.assign(nr=records["needles"].astype(str) + "/" + records["queries"].astype(str))
+    frame["length"] = frame["ctx"].map(format_ctx)
+    nr_order = sorted(frame["nr"].unique(), key=lambda s: tuple(int(x) for x in s.split("/")))
+    out = {}
+    table2 = frame.pivot_table(index="model", columns=["length", "nr"], values="score", aggfunc="mean", sort=False)
+    lengths = sorted(frame["length"].unique(), key=parse_format_ctx)
+    table2 = table2.reindex(columns=pd.MultiIndex.from_product([lengths, nr_order])).dropna(axis=1, how="all")
+    table2.columns = [f"{length} N/R={nr}" for length, nr in table2.columns]
+    out["table2"] = table2.round(3)
+    for model, group in frame.groupby("model", sort=False):
+        grid = group.pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
+        grid = grid.reindex(columns=[c for c in lengths if c in grid.columns])
+        grid.index = [f"{d}%" for d in grid.index]
+        grid.index.name = "depth"
+        out[f"depth_grid:{model}"] = grid.round(3)
+    return out
+
+
+def format_ctx(ctx: int) -> str:
+    return f"{ctx // 1024}K" if ctx % 1024 == 0 else str(ctx)
+
+
+def parse_format_ctx(text: str) -> int:
+    return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+
+
+SUMMARY_KEYS = ["model", "ctx", "depth", "needles", "queries"]
+TABLE_NOTE = (
+    "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
+    "as in LWM and the DIFF paper; averaged over depths in Table 2"
+)
+
+
+def evaluate(batch: list[NeedleSample], backend: Backend, config) -> list[dict]:
+    """Prompts for one batch of samples on one model, greedy answers, scored records."""
+    prompts = [
+        build_prompt(s, config.options.haystack, backend, s.ctx - config.max_new_tokens, config.chat_template)
+        for s in batch
+    ]
+    outputs = backend.generate([p.ids for p in prompts], config.max_new_tokens, STOP)
+    return [
+        record(s, p, backend.info.name, out.text, out.new_tokens, out.seconds)
+        for s, p, out in zip(batch, prompts, outputs)
+    ]
