@@ -12,8 +12,12 @@ from rich.table import Table
 from diffeval.config import ModelSpec, build_config, load_yaml
 from diffeval.errors import InputError
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Evaluate Differential-Transformer models against baselines on long-context tasks.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Evaluate Differential-Transformer models against baselines on long-context tasks.",
+)
 run_app = typer.Typer(no_args_is_help=True, help="Run an evaluation task.")
 models_app = typer.Typer(no_args_is_help=True, help="Inspect model checkpoints.")
 app.add_typer(run_app, name="run")
@@ -27,12 +31,16 @@ Opt = typer.Option
 
 @run_app.command("needle")
 def run_needle(
-    model: Annotated[list[str] | None, Opt("--model", "-m", help="NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable")] = None,
+    model: Annotated[
+        list[str] | None, Opt("--model", "-m", help="NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable")
+    ] = None,
     config: Annotated[str | None, Opt(help="YAML preset file or shipped preset name; flags override it")] = None,
     ctx: Annotated[str | None, Opt(help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)")] = None,
     needles: Annotated[str | None, Opt(help="N, needles per sample; a comma list runs several N/R settings")] = None,
     queries: Annotated[str | None, Opt(help="R, needles queried per sample; one value or one per N")] = None,
-    depths: Annotated[str | None, Opt(help="depths of the first queried needle in percent, e.g. 0,25,50,75,100")] = None,
+    depths: Annotated[
+        str | None, Opt(help="depths of the first queried needle in percent, e.g. 0,25,50,75,100")
+    ] = None,
     samples: Annotated[int | None, Opt(help="samples per depth × length × N/R cell [default: 50]")] = None,
     seed: Annotated[int | None, Opt(help="seed of the sample content [default: 0]")] = None,
     haystack: Annotated[str | None, Opt(help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")] = None,
@@ -40,8 +48,10 @@ def run_needle(
     device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
     dtype: Annotated[str | None, Opt(help="auto (fp32 on CPU, bf16 on CUDA) | float32 | bfloat16 | float16")] = None,
     attn_impl: Annotated[str | None, Opt(help="transformers attention implementation [default: sdpa]")] = None,
-    chat_template: Annotated[bool | None, Opt("--chat-template/--no-chat-template", help="wrap prompts in the "
-                                               "model's chat template [default: off]")] = None,
+    chat_template: Annotated[
+        bool | None,
+        Opt("--chat-template/--no-chat-template", help="wrap prompts in the model's chat template [default: off]"),
+    ] = None,
     max_new_tokens: Annotated[int | None, Opt(help="tokens to generate [default: 32]")] = None,
     batch_size: Annotated[int | None, Opt(help="prompts per generate call [default: 1]")] = None,
     limit: Annotated[int | None, Opt(help="cap samples per cell (quick runs, CI)")] = None,
@@ -77,9 +87,14 @@ def models_inspect(
     info = load_model(model_spec, device, dtype, attn_impl="sdpa", trust_remote_code=trust_remote_code).info
     table = Table(title=f"{info.name}: {info.spec}", show_header=False)
     for label, value in (
-        ("class", info.architecture), ("DIFF", "yes" if info.is_diff else "no (baseline)"),
-        ("layers", info.layers), ("attention heads", info.heads), ("KV heads", info.kv_heads),
-        ("head dim", info.head_dim), ("max positions", info.max_positions), ("RoPE base", info.rope_theta),
+        ("class", info.architecture),
+        ("DIFF", "yes" if info.is_diff else "no (baseline)"),
+        ("layers", info.layers),
+        ("attention heads", info.heads),
+        ("KV heads", info.kv_heads),
+        ("head dim", info.head_dim),
+        ("max positions", info.max_positions),
+        ("RoPE base", info.rope_theta),
         ("parameters", f"{info.parameters:,}"),
     ):
         table.add_row(label, str(value))

@@ -189,7 +189,9 @@ def find_preset(name_or_path: str) -> Path:
     packaged = resources.files("diffeval") / "presets" / f"{path.stem}.yaml"
     if packaged.is_file():
         return Path(str(packaged))
-    raise InputError(f"config {name_or_path!r} not found: give a YAML file path or a preset name ({', '.join(list_presets())})")
+    raise InputError(
+        f"config {name_or_path!r} not found: give a YAML file path or a preset name ({', '.join(list_presets())})"
+    )
 
 
 def list_presets() -> list[str]:

@@ -29,9 +29,9 @@ class RunFolder:
         """Start or resume a run. A folder holding a different run is refused unless --overwrite."""
         existing = self.read_run()
         if existing is not None and not config.overwrite:
-            old = RunConfig.from_dict(existing["config"]).identity()
-            if old != config.identity():
-                changed = sorted(k for k in set(old) | set(config.identity()) if old.get(k) != config.identity().get(k))
+            old, new = _flat(RunConfig.from_dict(existing["config"]).identity()), _flat(config.identity())
+            if old != new:
+                changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
                 raise InputError(
                     f"{self.path} holds a run with a different config ({', '.join(changed)} differ): "
                     "choose another --out, or pass --overwrite to replace it"
@@ -45,6 +45,12 @@ class RunFolder:
         run.update({"config": config.to_dict(), "updated": _now(), **metadata})
         (self.path / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
 
+    def record_model(self, name: str, info: dict[str, Any]) -> None:
+        """Replace a model's config-only metadata with what loading it showed (parameters, learned λ)."""
+        run = self.read_run() or {}
+        run.setdefault("models", {})[name] = info
+        (self.path / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+
     def read_run(self) -> dict[str, Any] | None:
         path = self.path / RUN_FILE
         if not path.is_file():
@@ -52,7 +58,9 @@ class RunFolder:
         try:
             return json.loads(path.read_text())
         except json.JSONDecodeError:
-            raise InputError(f"{path} is not valid JSON: repair it, or pass --overwrite to start the run again") from None
+            raise InputError(
+                f"{path} is not valid JSON: repair it, or pass --overwrite to start the run again"
+            ) from None
 
     def done_keys(self) -> set[tuple[str, str]]:
         return {(r["model"], r["sample_id"]) for r in self.read_records()[0]}
@@ -95,6 +103,11 @@ class RunFolder:
 def append_record(handle, record: dict[str, Any]) -> None:
     handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     handle.flush()
+
+
+def _flat(data: dict[str, Any]) -> dict[str, Any]:
+    options = data.get("options", {})
+    return {**{k: v for k, v in data.items() if k != "options"}, **options}
 
 
 def _now() -> str:

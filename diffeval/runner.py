@@ -43,6 +43,7 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
     console = console or Console(stderr=True)
     task = TASKS[config.task]
     infos = check_models(config)
+    task.check_inputs(config)
     folder = RunFolder(config.out_dir())
     folder.prepare(config, {"versions": library_versions(), "models": infos})
     samples = task.make_samples(config.options, config.seed, config.limit)
@@ -66,6 +67,7 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
             backend = HFBackend(
                 load_model(spec, config.device, config.dtype, config.attn_impl, config.trust_remote_code)
             )
+            folder.record_model(spec.name, backend.info.to_dict())
             tokens, start = 0, time.perf_counter()
             for i in range(0, len(todo), config.batch_size):
                 for record in task.evaluate(todo[i : i + config.batch_size], backend, config):

@@ -17,7 +17,13 @@ from pathlib import Path
 
 from diffeval.errors import InputError
 
-NOISE_SENTENCES = ("The grass is green.", "The sky is blue.", "The sun is yellow.", "Here we go.", "There and back again.")
+NOISE_SENTENCES = (
+    "The grass is green.",
+    "The sky is blue.",
+    "The sun is yellow.",
+    "Here we go.",
+    "There and back again.",
+)
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 
@@ -75,7 +81,7 @@ def _read_essays(path: Path) -> list[str]:
         return [data["text"]]
     if isinstance(data, list) and all(isinstance(t, str) for t in data):
         return data
-    raise InputError(f"haystack {path} must be a JSON list of texts or {{\"text\": ...}}")
+    raise InputError(f'haystack {path} must be a JSON list of texts or {{"text": ...}}')
 
 
 def _read_hf(arg: str) -> list[str]:
@@ -86,7 +92,9 @@ def _read_hf(arg: str) -> list[str]:
     try:
         rows = datasets.load_dataset(name, split=split or "train")
     except Exception as exc:  # datasets raises many types for missing/offline datasets
-        raise InputError(f"cannot load haystack dataset {name!r} ({type(exc).__name__}): check the id or network") from None
+        raise InputError(
+            f"cannot load haystack dataset {name!r} ({type(exc).__name__}): check the id or network"
+        ) from None
     text_field = text_field or "text"
     if text_field not in rows.column_names:
         raise InputError(f"dataset {name} has no field {text_field!r}; pick one of {rows.column_names}")

@@ -73,4 +73,3 @@ def _strip_padding(row: list[int], pad_id: int | None, eos_id: int | None) -> li
         if token in (pad_id, eos_id):
             return row[:i]
     return row
-

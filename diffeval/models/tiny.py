@@ -28,23 +28,44 @@ def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) 
     tokenizer.train_from_iterator(texts, trainer=trainer)
     bos = tokenizer.token_to_id("<s>")
     tokenizer.post_processor = processors.Sequence(
-        [processors.ByteLevel(trim_offsets=False), processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])]
+        [
+            processors.ByteLevel(trim_offsets=False),
+            processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)]),
+        ]
     )
-    wrapped = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>"
-    )
+    wrapped = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
     wrapped.save_pretrained(out_dir)
     return wrapped
 
 
-def tiny_config(kind: str, vocab_size: int, *, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                head_dim: int | None = None, ffn: int = 128, max_positions: int = 8192, rope_theta: float = 10000.0):
+def tiny_config(
+    kind: str,
+    vocab_size: int,
+    *,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int | None = None,
+    ffn: int = 128,
+    max_positions: int = 8192,
+    rope_theta: float = 10000.0,
+):
     """Matched configs: same heads and head_dim for both, so a DIFF head pairs two maps over a double-width V."""
     common = dict(
-        vocab_size=vocab_size, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim or hidden // heads,
-        max_position_embeddings=max_positions, rope_theta=rope_theta, bos_token_id=0, eos_token_id=1,
-        pad_token_id=2, tie_word_embeddings=True,
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim or hidden // heads,
+        max_position_embeddings=max_positions,
+        rope_theta=rope_theta,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=True,
     )
     return DiffLlamaConfig(**common) if kind == "diff" else LlamaConfig(**common)
 

@@ -26,6 +26,13 @@ def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.Da
     rows = []
     for keys, group in frame.groupby(by, sort=False):
         low, high = mean_ci(group[value])
-        rows.append({**dict(zip(by, keys if isinstance(keys, tuple) else (keys,))), "n": len(group),
-                     "accuracy": group[value].mean(), "ci_low": low, "ci_high": high})
+        rows.append(
+            {
+                **dict(zip(by, keys if isinstance(keys, tuple) else (keys,))),
+                "n": len(group),
+                "accuracy": group[value].mean(),
+                "ci_low": low,
+                "ci_high": high,
+            }
+        )
     return pd.DataFrame(rows)

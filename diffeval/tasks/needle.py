@@ -27,18 +27,112 @@ from diffeval.models.backend import Backend
 
 # Evaluation cities. diffeval's toy-model training corpus draws from a disjoint list.
 CITIES = (
-    "Lisbon", "Porto", "Madrid", "Seville", "Valencia", "Barcelona", "Paris", "Lyon", "Marseille", "Bordeaux",
-    "Brussels", "Antwerp", "Amsterdam", "Rotterdam", "Utrecht", "Berlin", "Hamburg", "Munich", "Cologne",
-    "Frankfurt", "Vienna", "Salzburg", "Zurich", "Geneva", "Basel", "Milan", "Turin", "Venice", "Florence",
-    "Rome", "Naples", "Palermo", "Athens", "Thessaloniki", "Sofia", "Bucharest", "Belgrade", "Zagreb",
-    "Ljubljana", "Budapest", "Prague", "Brno", "Warsaw", "Krakow", "Gdansk", "Vilnius", "Riga", "Tallinn",
-    "Helsinki", "Stockholm", "Gothenburg", "Oslo", "Bergen", "Copenhagen", "Aarhus", "Dublin", "Cork",
-    "Edinburgh", "Glasgow", "Manchester", "Liverpool", "Bristol", "London", "Reykjavik", "Istanbul", "Ankara",
-    "Cairo", "Alexandria", "Casablanca", "Tunis", "Lagos", "Accra", "Nairobi", "Kampala", "Addis Ababa",
-    "Johannesburg", "Cape Town", "Durban", "Mumbai", "Delhi", "Chennai", "Kolkata", "Karachi", "Lahore",
-    "Dhaka", "Kathmandu", "Colombo", "Bangkok", "Hanoi", "Manila", "Jakarta", "Seoul", "Busan", "Osaka",
-    "Kyoto", "Tokyo", "Beijing", "Shanghai", "Sydney", "Melbourne", "Auckland", "Lima", "Bogota", "Santiago",
-    "Toronto", "Chicago",
+    "Lisbon",
+    "Porto",
+    "Madrid",
+    "Seville",
+    "Valencia",
+    "Barcelona",
+    "Paris",
+    "Lyon",
+    "Marseille",
+    "Bordeaux",
+    "Brussels",
+    "Antwerp",
+    "Amsterdam",
+    "Rotterdam",
+    "Utrecht",
+    "Berlin",
+    "Hamburg",
+    "Munich",
+    "Cologne",
+    "Frankfurt",
+    "Vienna",
+    "Salzburg",
+    "Zurich",
+    "Geneva",
+    "Basel",
+    "Milan",
+    "Turin",
+    "Venice",
+    "Florence",
+    "Rome",
+    "Naples",
+    "Palermo",
+    "Athens",
+    "Thessaloniki",
+    "Sofia",
+    "Bucharest",
+    "Belgrade",
+    "Zagreb",
+    "Ljubljana",
+    "Budapest",
+    "Prague",
+    "Brno",
+    "Warsaw",
+    "Krakow",
+    "Gdansk",
+    "Vilnius",
+    "Riga",
+    "Tallinn",
+    "Helsinki",
+    "Stockholm",
+    "Gothenburg",
+    "Oslo",
+    "Bergen",
+    "Copenhagen",
+    "Aarhus",
+    "Dublin",
+    "Cork",
+    "Edinburgh",
+    "Glasgow",
+    "Manchester",
+    "Liverpool",
+    "Bristol",
+    "London",
+    "Reykjavik",
+    "Istanbul",
+    "Ankara",
+    "Cairo",
+    "Alexandria",
+    "Casablanca",
+    "Tunis",
+    "Lagos",
+    "Accra",
+    "Nairobi",
+    "Kampala",
+    "Addis Ababa",
+    "Johannesburg",
+    "Cape Town",
+    "Durban",
+    "Mumbai",
+    "Delhi",
+    "Chennai",
+    "Kolkata",
+    "Karachi",
+    "Lahore",
+    "Dhaka",
+    "Kathmandu",
+    "Colombo",
+    "Bangkok",
+    "Hanoi",
+    "Manila",
+    "Jakarta",
+    "Seoul",
+    "Busan",
+    "Osaka",
+    "Kyoto",
+    "Tokyo",
+    "Beijing",
+    "Shanghai",
+    "Sydney",
+    "Melbourne",
+    "Auckland",
+    "Lima",
+    "Bogota",
+    "Santiago",
+    "Toronto",
+    "Chicago",
 )
 
 INSTRUCTION = (
@@ -141,7 +235,9 @@ class _Haystack:
             self.words.extend(sentence.split())
             self.sentence_ends.append(len(self.words))
 
-    def render(self, n_words: int, needles: list[tuple[float, str]]) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
+    def render(
+        self, n_words: int, needles: list[tuple[float, str]]
+    ) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
         """The first n_words words with each (depth, sentence) needle at the nearest sentence boundary.
 
         Returns the text, each needle's character span (input order) and the whole haystack's span.
@@ -177,9 +273,7 @@ class _Haystack:
         return "".join(parts), spans, (0, length)
 
 
-def build_prompt(
-    sample: NeedleSample, source: str, backend: Backend, budget: int, chat_template: bool
-) -> NeedlePrompt:
+def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: int, chat_template: bool) -> NeedlePrompt:
     """Fit the sample into `budget` tokens of this model: the most haystack words that fit."""
     queried = sample.cities[: sample.queries]
     needles = [(d, needle_sentence(c, n)) for d, c, n in zip(sample.needle_depths, sample.cities, sample.numbers)]
@@ -296,7 +390,9 @@ def score(output: str, expected: list[str]) -> tuple[float, bool]:
     return hits / len(expected), hits == len(expected)
 
 
-def record(sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float) -> dict:
+def record(
+    sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float
+) -> dict:
     value, correct = score(output, sample.expected)
     fields = asdict(sample)
     fields.pop("haystack_seed")
@@ -350,6 +446,11 @@ TABLE_NOTE = (
     "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
     "as in LWM and the DIFF paper; averaged over depths in Table 2"
 )
+
+
+def check_inputs(config) -> None:
+    """Fail before any work if the haystack cannot be read."""
+    haystack_sentences(config.options.haystack, config.seed, 10)
 
 
 def evaluate(batch: list[NeedleSample], backend: Backend, config) -> list[dict]:

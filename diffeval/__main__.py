@@ -1,0 +1,3 @@
+from diffeval.cli import main
+
+main()

@@ -1,0 +1,48 @@
+"""Real tiny checkpoints built at test time: two byte-level BPE tokenizers, a DiffLlama and two Llamas."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+from diffeval.data.haystack import NOISE_SENTENCES  # noqa: E402
+from diffeval.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
+from diffeval.tasks import needle  # noqa: E402
+
+SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+
+
+def _needle_texts() -> list[str]:
+    return (
+        [" ".join(NOISE_SENTENCES)] * 20
+        + [needle.INSTRUCTION, needle.question(["Lisbon", "Paris"]), needle.answer_prefix(["Rome"])]
+        + [needle.needle_sentence(city, "1234567") for city in needle.CITIES]
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory) -> dict[str, Path]:
+    """diff (tokenizer A), base (tokenizer B: different vocab and merges) and base_a (tokenizer A)."""
+    root = tmp_path_factory.mktemp("tiny")
+    train_tokenizer(_needle_texts(), 400, root / "tok_a")
+    prose = ["Once upon a time there was a city with a magic number. " * 3, "Numbers and cities. " * 4]
+    train_tokenizer(prose + _needle_texts()[20:], 300, root / "tok_b")
+    build_tiny_model("diff", root / "tok_a", root / "diff", seed=1)
+    build_tiny_model("base", root / "tok_b", root / "base", seed=2)
+    build_tiny_model("base", root / "tok_a", root / "base_a", seed=3, max_positions=2048)
+    return {name: root / name for name in ("diff", "base", "base_a", "tok_a", "tok_b")}
+
+
+def run_cli(*args: str, timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """The real command line in a subprocess: real exit codes, real stderr."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    return subprocess.run(
+        [sys.executable, "-m", "diffeval", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
+    )

@@ -1,0 +1,234 @@
+"""The real CLI end to end on tiny checkpoints: runs, tables, resume, and one-line errors for bad input."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import run_cli
+
+
+def _records(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line.strip()]
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tiny_models, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs") / "finished"
+    result = run_cli(
+        "run",
+        "needle",
+        "-m",
+        f"diff={tiny_models['diff']}",
+        "-m",
+        f"base={tiny_models['base']}",
+        "--ctx",
+        "1k,2k",
+        "--needles",
+        "1,2",
+        "--queries",
+        "1,2",
+        "--depths",
+        "0,50,100",
+        "--samples",
+        "2",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+def test_run_writes_records_summary_and_tables(finished_run):
+    records = _records(finished_run)
+    assert len(records) == 2 * (2 * 2 * 3 * 2)  # models × (ctx × N/R × depths × samples)
+    required = {
+        "model",
+        "sample_id",
+        "ctx",
+        "prompt_tokens",
+        "depth",
+        "needles",
+        "queries",
+        "expected",
+        "output",
+        "score",
+        "correct",
+        "seconds",
+    }
+    assert all(required <= set(r) for r in records)
+    by_sample = {}
+    for r in records:
+        assert 0.99 * r["ctx"] <= r["prompt_tokens"] + 32 <= r["ctx"]
+        by_sample.setdefault(r["sample_id"], []).append(r)
+    for pair in by_sample.values():  # the same sample pairs across models with identical content
+        assert {r["model"] for r in pair} == {"diff", "base"}
+        assert pair[0]["cities"] == pair[1]["cities"] and pair[0]["numbers"] == pair[1]["numbers"]
+    run = json.loads((finished_run / "run.json").read_text())
+    assert run["models"]["diff"]["is_diff"] and not run["models"]["base"]["is_diff"]
+    assert {"diffeval", "torch", "transformers"} <= set(run["versions"])
+    summary = (finished_run / "summary.csv").read_text().splitlines()
+    assert summary[0] == "model,ctx,depth,needles,queries,n,accuracy,ci_low,ci_high"
+    assert len(summary) == 1 + 2 * 2 * 3 * 2
+    table = (finished_run / "table.md").read_text()
+    assert "1K N/R=1/1" in table and "2K N/R=2/2" in table and "Depth x length grid (diff)" in table
+
+
+def test_report_formats(finished_run):
+    result = run_cli("report", str(finished_run), "--format", "md,csv,latex")
+    assert result.returncode == 0, result.stderr
+    assert "\\begin{tabular}" in (finished_run / "table.tex").read_text()
+    assert (finished_run / "table2.csv").read_text().startswith("model,")
+    assert "| diff" in result.stdout
+
+
+def test_report_uses_complete_lines_of_a_damaged_file(finished_run, tmp_path):
+    copy = tmp_path / "damaged"
+    copy.mkdir()
+    for name in ("run.json", "samples.jsonl"):
+        (copy / name).write_bytes((finished_run / name).read_bytes())
+    with (copy / "samples.jsonl").open("a") as handle:
+        handle.write('{"model": "diff", "sample_id": "trunc')
+    result = run_cli("report", str(copy))
+    assert result.returncode == 0, result.stderr
+    assert "skipped 1 damaged line" in result.stderr
+
+
+def test_models_inspect_shows_diff_lambdas(tiny_models):
+    result = run_cli("models", "inspect", str(tiny_models["diff"]))
+    assert result.returncode == 0, result.stderr
+    for text in ("DiffLlamaForCausalLM", "yes", "λ_init", "0.2000", "KV heads", "RoPE base", "parameters"):
+        assert text in result.stdout
+    base = run_cli("models", "inspect", str(tiny_models["base"]))
+    assert "no (baseline)" in base.stdout and "λ_init" not in base.stdout
+
+
+def test_preset_with_flag_override(tiny_models, tmp_path):
+    out = tmp_path / "preset"
+    result = run_cli(
+        "run",
+        "needle",
+        "--config",
+        "needle-4k-table2",
+        "-m",
+        f"base={tiny_models['base']}",
+        "--ctx",
+        "1k",
+        "--limit",
+        "1",
+        "--depths",
+        "50",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted({(r["needles"], r["queries"]) for r in _records(out)}) == [(1, 1), (2, 2), (4, 2), (6, 2)]
+
+
+def test_resume_after_kill_loses_and_duplicates_nothing(tiny_models, tmp_path):
+    out = tmp_path / "resume"
+    args = [
+        "run",
+        "needle",
+        "-m",
+        f"diff={tiny_models['diff']}",
+        "-m",
+        f"base={tiny_models['base']}",
+        "--ctx",
+        "1k",
+        "--depths",
+        "0,50,100",
+        "--samples",
+        "6",
+        "--out",
+        str(out),
+    ]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "diffeval", *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    samples = out / "samples.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not samples.exists() or samples.read_text().count("\n") < 5):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    before = _records(out)
+    assert 5 <= len(before) < 36
+    with samples.open("a") as handle:  # what a kill mid-write leaves behind
+        handle.write('{"model": "diff", "sample_id": "partial')
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    after = _records(out)
+    keys = [(r["model"], r["sample_id"]) for r in after]
+    assert len(keys) == len(set(keys)) == 36
+    assert after[: len(before)] == before  # nothing computed earlier was rewritten
+
+
+def test_more_samples_extend_a_run(tiny_models, tmp_path):
+    out = tmp_path / "extend"
+    base = ["run", "needle", "-m", f"base={tiny_models['base']}", "--ctx", "1k", "--depths", "50", "--out", str(out)]
+    assert run_cli(*base, "--samples", "1").returncode == 0
+    assert run_cli(*base, "--samples", "3").returncode == 0
+    assert len(_records(out)) == 3
+
+
+BAD_INPUTS = [
+    (["--ctx", "4x"], "bad context length"),
+    (["--needles", "2", "--queries", "3"], "need 1 <= R <= N"),
+    (["--depths", "0,120"], "outside 0-100"),
+    (["-m", "ghost=/no/such/model"], "does not exist"),
+    (["--haystack", "essays:/no/such/dir"], "does not exist"),
+    (["--ctx", "4k", "-m", "small=BASE_A"], "exceeds small's max_position_embeddings 2048"),
+    (["--seed", "3"], "holds a run with a different config"),
+    (["--samples", "many"], "Invalid value for '--samples'"),
+    (["--config", "BAD_YAML"], "malformed YAML"),
+    (["--config", "no-such-preset"], "not found"),
+]
+
+
+@pytest.mark.parametrize(("extra", "message"), BAD_INPUTS)
+def test_bad_input_is_one_line_exit_2_and_keeps_results(finished_run, tiny_models, tmp_path, extra, message):
+    bad_yaml = tmp_path / "bad.yaml"
+    bad_yaml.write_text("ctx: [4k\nneedles: 2\n")
+    extra = [str(bad_yaml) if e == "BAD_YAML" else e.replace("BASE_A", str(tiny_models["base_a"])) for e in extra]
+    models = (
+        []
+        if any(e.startswith("ghost=") or e.startswith("small=") for e in extra)
+        else ["-m", f"diff={tiny_models['diff']}", "-m", f"base={tiny_models['base']}"]
+    )
+    before = _snapshot(finished_run)
+    result = run_cli(
+        "run",
+        "needle",
+        *models,
+        "--ctx",
+        "1k,2k",
+        "--needles",
+        "1,2",
+        "--queries",
+        "1,2",
+        "--depths",
+        "0,50,100",
+        "--samples",
+        "2",
+        "--out",
+        str(finished_run),
+        *extra,
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert _snapshot(finished_run) == before
+
+
+def test_missing_model_is_a_clear_error():
+    result = run_cli("run", "needle", "--ctx", "1k")
+    assert result.returncode == 2 and "no model given" in result.stderr

@@ -1,0 +1,148 @@
+from pathlib import Path
+
+import pytest
+
+from diffeval.config import ModelSpec, NeedleOptions
+from diffeval.data.haystack import haystack_sentences
+from diffeval.errors import InputError
+from diffeval.models.hf import HFBackend
+from diffeval.models.loading import load_model
+from diffeval.tasks import needle
+
+
+@pytest.fixture(scope="module")
+def backends(tiny_models):
+    return {name: HFBackend(load_model(ModelSpec(name, str(tiny_models[name])), "cpu")) for name in ("diff", "base")}
+
+
+def test_samples_are_pure_and_unique():
+    a = needle.make_sample(0, 4096, 50, 6, 2, 3)
+    assert a == needle.make_sample(0, 4096, 50, 6, 2, 3)
+    assert a != needle.make_sample(1, 4096, 50, 6, 2, 3)
+    assert len(set(a.cities)) == 6 and len(set(a.numbers)) == 6
+    assert all(len(n) == 7 and n.isdigit() for n in a.numbers)
+    assert a.needle_depths[0] == 50 and a.expected == a.numbers[:2]
+    options = NeedleOptions(ctx=[1024, 2048], needles=[1, 2], queries=[1, 2], depths=[0, 100], samples=3)
+    samples = needle.make_samples(options, seed=0)
+    assert len(samples) == 2 * 2 * 2 * 3 and len({s.sample_id for s in samples}) == len(samples)
+    assert len(needle.make_samples(options, seed=0, limit=1)) == 8
+
+
+@pytest.mark.parametrize("ctx", [1024, 2048, 4096])
+@pytest.mark.parametrize("depth", [0, 25, 50, 75, 100])
+def test_prompt_fills_budget_and_places_needle_at_depth(backends, ctx, depth):
+    sample = needle.make_sample(0, ctx, depth, 4, 2, 0)
+    for backend in backends.values():
+        prompt = needle.build_prompt(sample, "noise", backend, ctx - 32, chat_template=False)
+        assert 0.99 * ctx <= len(prompt.ids) + 32 <= ctx
+        assert abs(prompt.depth_actual - depth) <= 2.0
+        tokenizer = backend.tokenizer
+        for (start, end), number in zip(prompt.spans["numbers"], sample.numbers):
+            assert tokenizer.decode(prompt.ids[start:end]).strip() == number
+        for (start, end), city in zip(prompt.spans["needles"], sample.cities):
+            assert city in tokenizer.decode(prompt.ids[start:end])
+        h_start, h_end = prompt.spans["haystack"]
+        first = prompt.spans["needles"][0][0]
+        assert h_start <= first < h_end
+
+
+def test_same_content_across_tokenizers(backends):
+    sample = needle.make_sample(0, 2048, 50, 6, 2, 0)
+    prompts = {n: needle.build_prompt(sample, "noise", b, 2048 - 32, False) for n, b in backends.items()}
+    texts = {n: backends[n].tokenizer.decode(p.ids, skip_special_tokens=True) for n, p in prompts.items()}
+    assert backends["diff"].tokenizer.get_vocab() != backends["base"].tokenizer.get_vocab()
+    for text in texts.values():
+        assert all(needle.needle_sentence(c, n) in text for c, n in zip(sample.cities, sample.numbers))
+        assert text.startswith(needle.INSTRUCTION)
+        assert text.endswith(needle.answer_prefix(sample.cities[:2]))
+
+    # both models cut the same stream: the shorter haystack is a prefix of the longer (needles removed)
+    def stream(text):
+        for c, n in zip(sample.cities, sample.numbers):
+            text = text.replace(needle.needle_sentence(c, n) + " ", "")
+        return text.split("\n\n")[1].split()
+
+    short, long = sorted((stream(t) for t in texts.values()), key=len)
+    assert long[: len(short)] == short
+    # same needle order in both prompts (relative depths do not depend on the tokenizer)
+    orders = [sorted(range(6), key=lambda i: t.index(sample.numbers[i])) for t in texts.values()]
+    assert orders[0] == orders[1]
+
+
+def test_essay_haystack_from_folder_and_json(tmp_path, backends):
+    essays = tmp_path / "essays"
+    essays.mkdir()
+    for i in range(3):
+        (essays / f"e{i}.txt").write_text(" ".join(f"Essay {i} sentence {j} says a thing." for j in range(300)))
+    json_file = tmp_path / "essays.json"
+    json_file.write_text('{"text": "' + " ".join(f"Json sentence {j} is here." for j in range(400)) + '"}')
+    for source in (f"essays:{essays}", f"essays:{json_file}"):
+        sample = needle.make_sample(0, 1024, 50, 1, 1, 0)
+        prompt = needle.build_prompt(sample, source, backends["diff"], 1024 - 32, False)
+        assert 0.99 * 1024 <= len(prompt.ids) + 32 <= 1024
+        assert abs(prompt.depth_actual - 50) <= 3.0
+    # a stream depends only on the seed, and wraps around a corpus shorter than the context
+    short = haystack_sentences(f"essays:{essays}", 7, 10)
+    long = haystack_sentences(f"essays:{essays}", 7, 50_000)
+    assert long[: len(short)] == short and sum(s.count(" ") + 1 for s in long) >= 50_000
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [("essays:/does/not/exist", "does not exist"), ("mystery", "bad --haystack"), ("essays:", "bad --haystack")],
+)
+def test_bad_haystack(source, message):
+    with pytest.raises(InputError, match=message):
+        haystack_sentences(source, 0, 100)
+
+
+@pytest.mark.integration
+def test_paul_graham_essays_haystack(backends):
+    folder = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "haystack" / "PaulGrahamEssays"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} absent: the shared datasets are only on CI and dev machines")
+    sample = needle.make_sample(0, 4096, 25, 2, 1, 0)
+    prompt = needle.build_prompt(sample, f"essays:{folder}", backends["base"], 4096 - 32, False)
+    assert 0.99 * 4096 <= len(prompt.ids) + 32 <= 4096
+    assert abs(prompt.depth_actual - 25) <= 3.0
+
+
+@pytest.mark.parametrize(
+    ("output", "expected", "score", "correct"),
+    [
+        ("1234567.", ["1234567"], 1.0, True),
+        ("The numbers are 1234567 and 7654321", ["7654321", "1234567"], 1.0, True),
+        ("1234567", ["1234567", "7654321"], 0.5, False),
+        ("12345678", ["1234567"], 0.0, False),  # digits must form the whole number, not a longer one
+        ("", ["1234567"], 0.0, False),
+    ],
+)
+def test_score(output, expected, score, correct):
+    assert needle.score(output, expected) == (score, correct)
+
+
+def test_generation_stops_at_blank_line():
+    from diffeval.models.hf import cut_at_stop
+
+    assert cut_at_stop(" 1234567.\n\nNext question", needle.STOP) == " 1234567."
+
+
+def test_chat_template_prompt_fits_budget(tiny_models):
+    backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
+    backend.tokenizer.chat_template = (
+        "<s>{% for m in messages %}[USER] {{ m['content'] }} [/USER]{% endfor %}"
+        "{% if add_generation_prompt %} [ASSISTANT] {% endif %}"
+    )
+    sample = needle.make_sample(0, 1024, 50, 2, 1, 0)
+    prompt = needle.build_prompt(sample, "noise", backend, 1024 - 32, chat_template=True)
+    text = backend.tokenizer.decode(prompt.ids)
+    assert text.startswith("<s>[USER] " + needle.INSTRUCTION) and text.count("<s>") == 1
+    assert text.endswith("[/USER] [ASSISTANT] " + needle.answer_prefix(sample.cities[:1]))
+    assert 0.99 * 1024 <= len(prompt.ids) + 32 <= 1024
+    start, end = prompt.spans["numbers"][0]
+    assert backend.tokenizer.decode(prompt.ids[start:end]).strip() == sample.numbers[0]
+
+
+def test_chat_template_missing_is_input_error(backends):
+    with pytest.raises(InputError, match="no chat template"):
+        backends["base"].render_prompt("x", "y", chat_template=True)
