@@ -17,13 +17,14 @@ import bisect
 import hashlib
 import random
 import re
+import weakref
 from dataclasses import asdict, dataclass, field
 
 import pandas as pd
 
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
-from diffeval.models.backend import Backend
+from diffeval.models.backend import Backend, Encoding
 
 # Evaluation cities. diffeval's toy-model training corpus draws from a disjoint list.
 CITIES = (
@@ -287,12 +288,12 @@ def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: in
         shift = [(s + offset, e + offset) for s, e in needle_spans]
         return text, shift, (hay_span[0] + offset, hay_span[1] + offset)
 
-    lengths: dict[int, int] = {}
+    encodings: dict[int, Encoding] = {}
 
     def fits(n_words: int) -> bool:
-        if n_words not in lengths:
-            lengths[n_words] = len(backend.encode(assemble(n_words)[0]).ids)
-        return lengths[n_words] <= budget
+        if n_words not in encodings:
+            encodings[n_words] = backend.encode(assemble(n_words)[0])
+        return len(encodings[n_words].ids) <= budget
 
     haystack = _Haystack([])
     if not fits(0):
@@ -300,19 +301,18 @@ def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: in
             f"context {sample.ctx} cannot hold the instruction, {sample.needles} needles, the question and "
             "--max-new-tokens: use a longer --ctx or fewer needles"
         )
-    room = budget - lengths[0]
-    # a stream long enough for `room` tokens, and a close first guess of how many of its words fill them
-    min_words = room + 64
-    while True:
-        haystack = _Haystack(haystack_sentences(source, sample.haystack_seed, min_words))
-        tokens_through_word = _tokens_through_word(backend, haystack.words)
-        if tokens_through_word[-1] > room:
-            break
-        min_words *= 2
-    guess = bisect.bisect_right(tokens_through_word, room) - 1
-    n_words = _largest_fitting(fits, guess, len(haystack.words))
+    room = budget - len(encodings[0].ids)
+    haystack, tokens_through_word = _stream(backend, source, sample.haystack_seed, room)
+    # Aim a little below the budget: one exact tokenization then usually lands in the top 1 %; when it does
+    # not (merges at the joins, odd tokenizers), search for the largest fitting word count.
+    lowest_accepted = budget - 0.01 * sample.ctx
+    guess = bisect.bisect_right(tokens_through_word, room - max(2, sample.ctx // 500)) - 1
+    if fits(guess) and len(encodings[guess].ids) >= lowest_accepted:
+        n_words = guess
+    else:
+        n_words = _largest_fitting(fits, guess, len(haystack.words))
     text, needle_chars, hay_chars = assemble(n_words)
-    encoding = backend.encode(text)
+    encoding = encodings[n_words]
     to_tokens = _CharToToken(encoding.offsets)
     needle_spans = [to_tokens.span(*span) for span in needle_chars]
     number_spans = []
@@ -329,6 +329,25 @@ def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: in
         spans={"needles": needle_spans, "numbers": number_spans, "haystack": list(hay_span)},
         depth_actual=round(100 * (first - hay_span[0] - before) / max(hay_tokens, 1), 2),
     )
+
+
+_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _stream(backend: Backend, source: str, seed: int, room: int) -> tuple[_Haystack, list[int]]:
+    """A haystack stream holding more than `room` tokens, with its per-word token counts (cached per model)."""
+    key = (source, 0 if source == "noise" else seed)  # the noise stream is the same for every seed
+    cache = _streams.setdefault(backend, {})
+    if key in cache and cache[key][1][-1] > room:
+        return cache[key]
+    min_words = room + 64  # tokenizers give at least about one token per word; doubled below if not
+    while True:
+        haystack = _Haystack(haystack_sentences(source, seed, min_words))
+        counts = _tokens_through_word(backend, haystack.words)
+        if counts[-1] > room:
+            cache[key] = (haystack, counts)
+            return haystack, counts
+        min_words *= 2
 
 
 def _tokens_through_word(backend: Backend, words: list[str]) -> list[int]:

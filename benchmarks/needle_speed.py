@@ -1,0 +1,116 @@
+"""Needle task speed, measured in one run on two tiny models at 4K.
+
+1. Harness overhead: wall time of `diffeval run needle` (prompt fitting, generation, scoring, records) ÷ the time
+   the model itself spends in `generate` on the very same token ids (goal ≤ 1.05).
+2. diffeval ÷ lm-eval `niah_single_1`: wall time of the two command lines on the same model and sample count
+   (goal ≤ 0.5). Needs `pip install -e .[bench]` (lm-eval, accelerate, wonderwords, nltk); skipped otherwise.
+
+Run: python benchmarks/needle_speed.py [--samples 20] [--ctx 4096]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from diffeval import runner
+from diffeval.config import ModelSpec, build_config
+from diffeval.data.haystack import NOISE_SENTENCES
+from diffeval.models.hf import HFBackend
+from diffeval.models.loading import load_model
+from diffeval.models.tiny import build_tiny_model, train_tokenizer
+from diffeval.tasks import needle
+
+DEPTHS = [0, 25, 50, 75, 100]
+
+
+def build_models(root: Path) -> dict[str, Path]:
+    texts = [" ".join(NOISE_SENTENCES)] * 20 + [needle.INSTRUCTION, needle.question(["Rome", "Oslo"])]
+    texts += [needle.needle_sentence(city, "1234567") for city in needle.CITIES]
+    train_tokenizer(texts, 400, root / "tok")
+    paths = {}
+    for kind in ("diff", "base"):
+        build_tiny_model(kind, root / "tok", root / kind, seed=0)
+        paths[kind] = root / kind
+    return paths
+
+
+def harness_overhead(name: str, path: Path, ctx: int, samples: int, out: Path) -> tuple[float, float]:
+    """(diffeval wall time, model generate time) for the same samples on one model."""
+    flags = {"models": [f"{name}={path}"], "ctx": str(ctx), "depths": DEPTHS, "samples": samples // len(DEPTHS),
+             "out": str(out), "device": "cpu"}
+    config = build_config("needle", {}, flags)
+    start = time.perf_counter()
+    runner.run(config, Console(quiet=True))
+    harness = time.perf_counter() - start
+
+    backend = HFBackend(load_model(ModelSpec(name, str(path)), "cpu"))
+    prompts = [
+        needle.build_prompt(s, "noise", backend, s.ctx - config.max_new_tokens, False).ids
+        for s in needle.make_samples(config.options, config.seed)
+    ]
+    model_time = 0.0
+    with torch.inference_mode():
+        for ids in prompts:
+            input_ids = torch.tensor([ids])
+            start = time.perf_counter()
+            backend.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
+                                   max_new_tokens=config.max_new_tokens, stop_strings=needle.STOP,
+                                   tokenizer=backend.tokenizer, pad_token_id=backend.tokenizer.pad_token_id)
+            model_time += time.perf_counter() - start
+    return harness, model_time
+
+
+def timed(command: list[str]) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    if result.returncode != 0:
+        raise SystemExit(f"{command[0]} failed:\n{result.stderr[-2000:]}")
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--samples", type=int, default=20, help="samples per model (a multiple of 5 depths)")
+    parser.add_argument("--ctx", type=int, default=4096)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        models = build_models(root)
+        print(f"# needle speed at ctx {args.ctx}, {args.samples} samples per model, CPU, tiny random models\n")
+        print("model | diffeval wall s | model generate s | ratio (goal <= 1.05)")
+        print("--- | --- | --- | ---")
+        for name, path in models.items():
+            harness, model_time = harness_overhead(name, path, args.ctx, args.samples, root / f"run-{name}")
+            print(f"{name} | {harness:.2f} | {model_time:.2f} | {harness / model_time:.3f}")
+
+        if importlib.util.find_spec("lm_eval") is None:
+            print("\nlm-eval not installed: skipped the lm-eval comparison (pip install -e .[bench])")
+            return
+        base = str(models["base"])
+        ours = timed([sys.executable, "-m", "diffeval", "run", "needle", "-m", f"base={base}", "--ctx", str(args.ctx),
+                      "--depths", ",".join(map(str, DEPTHS)), "--samples", str(args.samples // len(DEPTHS)),
+                      "--device", "cpu", "--out", str(root / "cli-run")])
+        lm_eval = timed([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
+                         f"pretrained={base},dtype=float32", "--tasks", "niah_single_1", "--limit", str(args.samples),
+                         "--metadata", json.dumps({"max_seq_lengths": [args.ctx]}), "--device", "cpu",
+                         "--batch_size", "1"])
+        print("\ncommand line, base model | wall s")
+        print("--- | ---")
+        print(f"diffeval run needle | {ours:.1f}")
+        print(f"lm_eval niah_single_1 | {lm_eval:.1f}")
+        print(f"ratio diffeval / lm-eval (goal <= 0.5) | {ours / lm_eval:.3f}")
+
+
+if __name__ == "__main__":
+    main()
