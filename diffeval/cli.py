@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Annotated
 
@@ -29,48 +30,82 @@ err_console = Console(stderr=True)
 Opt = typer.Option
 
 
-@run_app.command("needle")
-def run_needle(
-    model: Annotated[
-        list[str] | None, Opt("--model", "-m", help="NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable")
-    ] = None,
-    config: Annotated[str | None, Opt(help="YAML preset file or shipped preset name; flags override it")] = None,
-    ctx: Annotated[str | None, Opt(help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)")] = None,
-    needles: Annotated[str | None, Opt(help="N, needles per sample; a comma list runs several N/R settings")] = None,
-    queries: Annotated[str | None, Opt(help="R, needles queried per sample; one value or one per N")] = None,
-    depths: Annotated[
-        str | None, Opt(help="depths of the first queried needle in percent, e.g. 0,25,50,75,100")
-    ] = None,
-    samples: Annotated[int | None, Opt(help="samples per depth × length × N/R cell [default: 50]")] = None,
-    seed: Annotated[int | None, Opt(help="seed of the sample content [default: 0]")] = None,
-    haystack: Annotated[str | None, Opt(help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")] = None,
-    out: Annotated[str | None, Opt(help="run folder [default: results/needle-<config hash>]")] = None,
-    device: Annotated[str | None, Opt(help="auto | cpu | cuda")] = None,
-    dtype: Annotated[str | None, Opt(help="auto (fp32 on CPU, bf16 on CUDA) | float32 | bfloat16 | float16")] = None,
-    attn_impl: Annotated[str | None, Opt(help="transformers attention implementation [default: sdpa]")] = None,
-    chat_template: Annotated[
-        bool | None,
-        Opt("--chat-template/--no-chat-template", help="wrap prompts in the model's chat template [default: off]"),
-    ] = None,
-    max_new_tokens: Annotated[int | None, Opt(help="tokens to generate [default: 32]")] = None,
-    batch_size: Annotated[int | None, Opt(help="prompts per generate call [default: 1]")] = None,
-    limit: Annotated[int | None, Opt(help="cap samples per cell (quick runs, CI)")] = None,
-    overwrite: Annotated[bool | None, Opt("--overwrite", help="replace a run folder holding another config")] = None,
-    trust_remote_code: Annotated[bool | None, Opt("--trust-remote-code", help="allow custom model code")] = None,
-    allow_overlength: Annotated[bool | None, Opt("--allow-overlength", help="allow ctx beyond max positions")] = None,
-) -> None:
-    """Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5)."""
-    flags = dict(locals())
-    flags.pop("config")
+# Options every task shares; each `diffeval run TASK` command adds its own. All default to None so that a YAML
+# preset can supply them and flags override it.
+COMMON_OPTIONS = {
+    "model": Annotated[list[str] | None, Opt("--model", "-m", help="NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable")],
+    "config": Annotated[str | None, Opt(help="YAML preset file or shipped preset name; flags override it")],
+    "ctx": Annotated[str | None, Opt(help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)")],
+    "needles": Annotated[str | None, Opt(help="N, needles per sample; a comma list runs several N/R settings")],
+    "queries": Annotated[str | None, Opt(help="R, needles queried per sample; one value or one per N")],
+    "depths": Annotated[str | None, Opt(help="depths of the first queried needle in percent, e.g. 0,25,50,75,100")],
+    "samples": Annotated[int | None, Opt(help="samples per depth × length × N/R cell")],
+    "seed": Annotated[int | None, Opt(help="seed of the sample content [default: 0]")],
+    "haystack": Annotated[str | None, Opt(help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")],
+    "out": Annotated[str | None, Opt(help="run folder [default: results/TASK-<config hash>]")],
+    "device": Annotated[str | None, Opt(help="auto | cpu | cuda")],
+    "dtype": Annotated[str | None, Opt(help="auto (fp32 on CPU, bf16 on CUDA) | float32 | bfloat16 | float16")],
+    "attn_impl": Annotated[str | None, Opt(help="transformers attention implementation [default: sdpa]")],
+    "chat_template": Annotated[
+        bool | None, Opt("--chat-template/--no-chat-template", help="use the model's chat template [default: off]")
+    ],
+    "max_new_tokens": Annotated[int | None, Opt(help="tokens to generate; also reserved in the budget [default: 32]")],
+    "batch_size": Annotated[int | None, Opt(help="samples per backend call [default: 1]")],
+    "limit": Annotated[int | None, Opt(help="cap samples per cell (quick runs, CI)")],
+    "overwrite": Annotated[bool | None, Opt("--overwrite", help="replace a run folder holding another config")],
+    "trust_remote_code": Annotated[bool | None, Opt("--trust-remote-code", help="allow custom model code")],
+    "allow_overlength": Annotated[bool | None, Opt("--allow-overlength", help="allow ctx beyond max positions")],
+}
+TASK_OPTIONS = {
+    "needle": {},
+    "attention": {
+        "rows": Annotated[
+            str | None,
+            Opt(help="last: the last prompt token's row | answer: also teacher-forced answer rows [default: last]"),
+        ],
+        "span": Annotated[
+            str | None, Opt(help="answer: the number's tokens | needle: the whole needle sentence [default: answer]")
+        ],
+    },
+}
+TASK_HELP = {
+    "needle": "Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
+    "attention": "Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
+}
+
+
+def _run_task(task: str, flags: dict) -> None:
     from diffeval import runner
     from diffeval.report.tables import build_report
 
+    config_path = flags.pop("config")
     flags["models"] = flags.pop("model") or None
-    run_config = build_config("needle", load_yaml(config) if config else {}, flags)
+    run_config = build_config(task, load_yaml(config_path) if config_path else {}, flags)
     folder = runner.run(run_config, err_console)
     tables, written, _ = build_report(folder, ["md", "csv"])
     _print_tables(tables)
     console.print(f"results: {folder.path}  ({', '.join(p.name for p in written)})")
+
+
+def _register_run_command(task: str) -> None:
+    """`diffeval run TASK`: the shared options plus the task's own, as one Typer command."""
+
+    def command(**flags) -> None:
+        _run_task(task, flags)
+
+    options = {**COMMON_OPTIONS, **TASK_OPTIONS[task]}
+    command.__signature__ = inspect.Signature(
+        [
+            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
+            for name, annotation in options.items()
+        ]
+    )
+    command.__doc__ = TASK_HELP[task]
+    run_app.command(task)(command)
+
+
+for _task in TASK_OPTIONS:
+    _register_run_command(_task)
 
 
 @models_app.command("inspect")

@@ -114,7 +114,23 @@ class NeedleOptions:
             raise InputError(f"--samples {self.samples}: need at least 1 sample per cell")
 
 
-TASK_OPTIONS = {"needle": NeedleOptions}
+@dataclass(frozen=True)
+class AttentionOptions(NeedleOptions):
+    """Attention-to-answer analysis on the needle task's samples (paper Table 3)."""
+
+    samples: int = 20
+    rows: str = "last"  # last: the row predicting the first answer token; answer: also each teacher-forced answer row
+    span: str = "answer"  # answer: the queried number's tokens; needle: the whole queried needle sentence
+
+    def validate(self) -> None:
+        super().validate()
+        if self.rows not in ("last", "answer"):
+            raise InputError(f"bad --rows {self.rows!r}: use last or answer")
+        if self.span not in ("answer", "needle"):
+            raise InputError(f"bad --span {self.span!r}: use answer or needle")
+
+
+TASK_OPTIONS = {"needle": NeedleOptions, "attention": AttentionOptions}
 # options that change what is computed: they define a run folder's identity (sample counts do not,
 # so a run can be extended with more samples and still resume)
 _IDENTITY_EXCLUDED = {"samples", "limit", "batch_size", "out", "overwrite", "device"}
@@ -124,7 +140,7 @@ _IDENTITY_EXCLUDED = {"samples", "limit", "batch_size", "out", "overwrite", "dev
 class RunConfig:
     task: str
     models: list[ModelSpec]
-    options: NeedleOptions
+    options: NeedleOptions  # or a subclass: AttentionOptions
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from torch import Tensor
+
 from diffeval.models.loading import ModelInfo
 
 
@@ -27,8 +29,11 @@ class Backend(Protocol):
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         """The full prompt text: raw `user + answer_prefix`, or the model's chat template around `user`."""
 
-    def encode(self, text: str) -> Encoding:
-        """Token ids of a full prompt (special tokens included) and each token's character span."""
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding:
+        """Token ids of a full prompt (special tokens included unless told) and each token's character span."""
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         """Greedy continuations of token-id prompts, cut at the first stop string."""
+
+    def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> Tensor:
+        """(layers, heads, rows, segments): per-head attention weight on each key segment, for chosen rows only."""

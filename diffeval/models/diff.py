@@ -67,3 +67,15 @@ def attention_map(q: torch.Tensor, k: torch.Tensor, scaling: float, mask: torch.
     if mask is not None:
         logits = logits.masked_fill(~mask, float("-inf"))
     return torch.softmax(logits.float(), dim=-1)
+
+
+def split_differential(head_shares: torch.Tensor, lam: float) -> dict[str, torch.Tensor]:
+    """Per-head attention quantities of one DiffLlama layer → map 1, map 2 and the differential map.
+
+    `head_shares` has the H attention heads first (any trailing shape: rows, segments, ...). Heads [0, H/2) are map 1
+    and [H/2, H) map 2; differential head i is A1_i − λ·A2_i. Sums over key segments are linear in the weights, so
+    the differential share of a segment is the map-1 share minus λ times the map-2 share.
+    """
+    half = head_shares.shape[0] // 2
+    map1, map2 = head_shares[:half], head_shares[half:]
+    return {"A1": map1, "A2": map2, "diff": map1 - lam * map2}

@@ -8,6 +8,7 @@ import torch
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, Generation
+from diffeval.models.capture import capturing
 from diffeval.models.loading import LoadedModel
 
 
@@ -30,9 +31,9 @@ class HFBackend:
         rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return rendered + answer_prefix
 
-    def encode(self, text: str) -> Encoding:
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         # a chat template already carries its own BOS; raw prompts get the tokenizer's special tokens
-        add_special = not (self.tokenizer.bos_token and text.startswith(self.tokenizer.bos_token))
+        add_special = special_tokens and not (self.tokenizer.bos_token and text.startswith(self.tokenizer.bos_token))
         enc = self.tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
         return Encoding(ids=enc["input_ids"], offsets=[tuple(o) for o in enc["offset_mapping"]])
 
@@ -60,6 +61,15 @@ class HFBackend:
             text = self.tokenizer.decode(row, skip_special_tokens=True)
             results.append(Generation(text=cut_at_stop(text, stop), new_tokens=len(row), seconds=seconds))
         return results
+
+
+    @torch.inference_mode()
+    def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> torch.Tensor:
+        """(layers, heads, rows, segments): each head's softmax weight per key segment, for the chosen rows only."""
+        with capturing(self.model, rows, segment_ids, n_segments) as capture:
+            # the decoder alone: the LM head over every position would cost T × vocab floats for nothing
+            self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
+        return torch.stack([capture.shares[layer] for layer in sorted(capture.shares)])
 
 
 def cut_at_stop(text: str, stop: list[str]) -> str:

@@ -22,7 +22,7 @@ def mean_ci(values: pd.Series, confidence: float = 0.95) -> tuple[float, float]:
 
 
 def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:
-    """n, mean and 95 % CI of `value` per group."""
+    """n, mean and 95 % CI of `value` per group (the mean of `score` is called accuracy)."""
     rows = []
     for keys, group in frame.groupby(by, sort=False):
         low, high = mean_ci(group[value])
@@ -30,7 +30,7 @@ def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.Da
             {
                 **dict(zip(by, keys if isinstance(keys, tuple) else (keys,))),
                 "n": len(group),
-                "accuracy": group[value].mean(),
+                ("accuracy" if value == "score" else value): group[value].mean(),
                 "ci_low": low,
                 "ci_high": high,
             }

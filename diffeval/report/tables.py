@@ -33,7 +33,7 @@ def build_report(folder: RunFolder, formats: list[str]) -> tuple[dict[str, pd.Da
         raise InputError(f"{folder.path} has no finished samples yet: run the task first, then report")
     frame = pd.DataFrame.from_records(records)
     written = []
-    summary = summarize(frame, task.SUMMARY_KEYS)
+    summary = summarize(frame, task.SUMMARY_KEYS, getattr(task, "SUMMARY_VALUE", "score"))
     summary.to_csv(folder.path / "summary.csv", index=False)
     written.append(folder.path / "summary.csv")
     tables = task.tables(frame)
@@ -46,6 +46,8 @@ def build_report(folder: RunFolder, formats: list[str]) -> tuple[dict[str, pd.Da
             written.append(path)
     if "latex" in formats:
         written.append(_write(folder.path / "table.tex", _latex(tables, task.TABLE_NOTE)))
+    if hasattr(task, "plots"):
+        written.extend(task.plots(frame, folder.path))
     return tables, written, damaged
 
 
@@ -66,7 +68,14 @@ def _latex(tables: dict[str, pd.DataFrame], note: str) -> str:
 
 def _title(name: str) -> str:
     kind, _, model = name.partition(":")
-    titles = {"table2": "Table 2 layout: accuracy by model and N/R", "depth_grid": "Depth x length grid"}
+    titles = {
+        "table2": "Table 2 layout: accuracy by model and N/R",
+        "depth_grid": "Depth x length grid",
+        "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
+        "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
+        "segments": "Share of every segment per map (raw and / row sum)",
+        "per_layer": "Attention to answer per layer (raw, headline map)",
+    }
     return f"{titles.get(kind, kind)}{f' ({model})' if model else ''}"
 
 

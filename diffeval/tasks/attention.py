@@ -1,0 +1,190 @@
+"""Attention-to-answer analysis (paper Table 3), with the DIFF map decomposed into A1, A2 and A1 − λ·A2.
+
+Recipe:
+1. samples: the needle task's samples (same generator and seed → same content and recorded token spans).
+2. rows: the last prompt token (it predicts the first answer token); with `rows=answer`, the expected answer is
+   teacher-forced and every row that predicts an answer token is added.
+3. backend: per layer and head, the softmax weight each key segment receives in those rows (never a T×T map).
+4. segments: answer (the queried numbers' tokens, or whole queried needles with `span=needle`), needles (every other
+   needle token), noise (haystack outside the needles), scaffold (instruction, question, answer prefix, chat template,
+   teacher-forced answer tokens) and sink (the first token). The five shares add up to the row sum.
+5. maps: a baseline has one softmax map per head. A DIFF model reports map 1, map 2 and the differential map
+   A1 − λ·A2 (λ of the layer), whose rows sum to 1 − λ. Shares are given raw and divided by the row sum.
+   The headline number (set beside the paper's) is the raw share of the differential map for DIFF models and of the
+   softmax map for baselines, averaged over heads (the H/2 differential heads for DIFF) and layers.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from diffeval.models.backend import Backend  # noqa: E402
+from diffeval.models.diff import split_differential  # noqa: E402
+from diffeval.tasks import needle  # noqa: E402
+
+SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
+HEADLINE_MAP = {True: "diff", False: "softmax"}
+SUMMARY_KEYS = ["model", "ctx", "depth", "needles", "queries"]
+SUMMARY_VALUE = "answer_share"
+TABLE_NOTE = (
+    "attention share = attention weight of the query row(s) on a segment; raw shares are as computed "
+    "(DIFF differential-map rows sum to 1 - lambda), 'normalised' ones are divided by the row sum; headline map: "
+    "differential map for DIFF models, softmax for baselines; mean over heads and layers"
+)
+
+make_samples = needle.make_samples
+check_inputs = needle.check_inputs
+
+
+def segment_ids(prompt: needle.NeedlePrompt, length: int, queries: int, span: str) -> list[int]:
+    """The segment index of every token position of the (possibly answer-extended) prompt."""
+    ids = [SEGMENTS.index("scaffold")] * length
+    h_start, h_end = prompt.spans["haystack"]
+    ids[h_start:h_end] = [SEGMENTS.index("noise")] * (h_end - h_start)
+    for start, end in prompt.spans["needles"]:
+        ids[start:end] = [SEGMENTS.index("needles")] * (end - start)
+    answer_spans = prompt.spans["needles" if span == "needle" else "numbers"][:queries]
+    for start, end in answer_spans:
+        ids[start:end] = [SEGMENTS.index("answer")] * (end - start)
+    ids[0] = SEGMENTS.index("sink")
+    return ids
+
+
+def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list[dict]:
+    options = config.options
+    records = []
+    for sample in batch:
+        start = time.perf_counter()
+        budget = sample.ctx - config.max_new_tokens  # the needle task's budget, so prompts and spans match its runs
+        prompt = needle.build_prompt(sample, options.haystack, backend, budget, config.chat_template)
+        ids = list(prompt.ids)
+        rows = [len(ids) - 1]
+        if options.rows == "answer":
+            answer = backend.encode(" " + ", ".join(sample.expected), special_tokens=False).ids
+            ids += answer
+            rows = list(range(len(prompt.ids) - 1, len(ids) - 1))
+        shares = backend.attention_rows(
+            ids, rows, segment_ids(prompt, len(ids), sample.queries, options.span), len(SEGMENTS)
+        )
+        maps = per_map_shares(shares, backend.info)
+        headline = maps[HEADLINE_MAP[backend.info.is_diff]]
+        fields = asdict(sample)
+        fields.pop("haystack_seed")
+        records.append(
+            {
+                "task": "attention",
+                "model": backend.info.name,
+                "is_diff": backend.info.is_diff,
+                **fields,
+                "prompt_tokens": len(prompt.ids),
+                "rows": rows,
+                "span": options.span,
+                "answer_share": _mean(headline["answer"]),
+                "noise_share": _mean(headline["noise"]),
+                "answer_share_normalized": _mean(headline["answer"]) / _mean(headline["row_sum"]),
+                "noise_share_normalized": _mean(headline["noise"]) / _mean(headline["row_sum"]),
+                "shares": maps,
+                "new_tokens": 0,
+                "seconds": round(time.perf_counter() - start, 4),
+            }
+        )
+    return records
+
+
+def per_map_shares(shares, info) -> dict[str, dict[str, list[float]]]:
+    """(layers, heads, rows, segments) → {map: {segment or row_sum: [per-layer mean over heads and rows]}}."""
+    per_layer_maps = []
+    for layer, layer_shares in enumerate(shares):
+        if info.is_diff:
+            per_layer_maps.append(split_differential(layer_shares, info.lambdas[layer]["lambda"]))
+        else:
+            per_layer_maps.append({"softmax": layer_shares})
+    out: dict[str, dict[str, list[float]]] = {}
+    for name in per_layer_maps[0]:
+        means = [maps[name].mean(dim=(0, 1)) for maps in per_layer_maps]  # (segments,) per layer
+        out[name] = {seg: [round(float(m[i]), 8) for m in means] for i, seg in enumerate(SEGMENTS)}
+        out[name]["row_sum"] = [round(float(m.sum()), 8) for m in means]
+    return out
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    frame = records.assign(length=records["ctx"].map(needle.format_ctx))
+    multi_length = frame["length"].nunique() > 1
+    out = {}
+    for suffix, label in (("", "raw"), ("_normalized", "normalised")):
+        columns = {}
+        for segment in ("answer", "noise"):
+            pivot = frame.pivot_table(
+                index="model",
+                columns=["length", "depth"],
+                values=f"{segment}_share{suffix}",
+                aggfunc="mean",
+                sort=False,
+            )
+            for length, depth in pivot.columns:
+                prefix = f"{length} " if multi_length else ""
+                columns[f"{prefix}{segment} {depth}%"] = pivot[(length, depth)]
+        out[f"table3_{label}"] = pd.DataFrame(columns).round(3)
+    out["segments"] = _segment_table(frame)
+    out["per_layer"] = _per_layer_table(frame)
+    return out
+
+
+def _segment_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Mean raw and normalised share of every segment, per model and map."""
+    rows = []
+    for model, group in frame.groupby("model", sort=False):
+        for name in group["shares"].iloc[0]:
+            per_sample = [{k: _mean(v) for k, v in shares[name].items()} for shares in group["shares"]]
+            means = pd.DataFrame(per_sample).mean()
+            row = {"model": model, "map": name, "row_sum": means["row_sum"]}
+            row.update({f"{seg} raw": means[seg] for seg in SEGMENTS})
+            row.update({f"{seg} normalised": means[seg] / means["row_sum"] for seg in SEGMENTS})
+            rows.append(row)
+    return pd.DataFrame(rows).set_index(["model", "map"]).round(4)
+
+
+def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Raw answer share of the headline map per layer (rows = layers, columns = models)."""
+    columns = {}
+    for model, group in frame.groupby("model", sort=False):
+        name = HEADLINE_MAP[bool(group["is_diff"].iloc[0])]
+        layers = pd.DataFrame([shares[name]["answer"] for shares in group["shares"]])
+        columns[f"{model} ({name})"] = layers.mean()
+    table = pd.DataFrame(columns)
+    table.index.name = "layer"
+    return table.round(4)
+
+
+def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    """Answer and noise shares by depth, both models side by side; per-layer answer share curves."""
+    by_depth = records.groupby(["depth", "model"], sort=False)[["answer_share", "noise_share"]].mean().unstack()
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, column, title in zip(axes, ("answer_share", "noise_share"), ("attention to answer", "attention noise")):
+        by_depth[column].plot.bar(ax=ax, rot=0)
+        ax.set(title=f"{title} (raw share, headline map)", xlabel="needle depth (%)", ylabel="share")
+        ax.axhline(0, color="black", linewidth=0.5)
+    fig.tight_layout()
+    bars = folder / "attention_by_depth.png"
+    fig.savefig(bars, dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    _per_layer_table(records).plot(ax=ax, marker="o")
+    ax.set(title="attention to answer per layer (raw)", xlabel="layer", ylabel="share")
+    fig.tight_layout()
+    curves = folder / "attention_per_layer.png"
+    fig.savefig(curves, dpi=120)
+    plt.close(fig)
+    return [bars, curves]
