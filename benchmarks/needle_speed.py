@@ -47,8 +47,14 @@ def build_models(root: Path) -> dict[str, Path]:
 
 def harness_overhead(name: str, path: Path, ctx: int, samples: int, out: Path) -> tuple[float, float]:
     """(diffeval wall time, model generate time) for the same samples on one model."""
-    flags = {"models": [f"{name}={path}"], "ctx": str(ctx), "depths": DEPTHS, "samples": samples // len(DEPTHS),
-             "out": str(out), "device": "cpu"}
+    flags = {
+        "models": [f"{name}={path}"],
+        "ctx": str(ctx),
+        "depths": DEPTHS,
+        "samples": samples // len(DEPTHS),
+        "out": str(out),
+        "device": "cpu",
+    }
     config = build_config("needle", {}, flags)
     start = time.perf_counter()
     runner.run(config, Console(quiet=True))
@@ -64,9 +70,15 @@ def harness_overhead(name: str, path: Path, ctx: int, samples: int, out: Path) -
         for ids in prompts:
             input_ids = torch.tensor([ids])
             start = time.perf_counter()
-            backend.model.generate(input_ids, attention_mask=torch.ones_like(input_ids), do_sample=False,
-                                   max_new_tokens=config.max_new_tokens, stop_strings=needle.STOP,
-                                   tokenizer=backend.tokenizer, pad_token_id=backend.tokenizer.pad_token_id)
+            backend.model.generate(
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                do_sample=False,
+                max_new_tokens=config.max_new_tokens,
+                stop_strings=needle.STOP,
+                tokenizer=backend.tokenizer,
+                pad_token_id=backend.tokenizer.pad_token_id,
+            )
             model_time += time.perf_counter() - start
     return harness, model_time
 
@@ -98,13 +110,48 @@ def main() -> None:
             print("\nlm-eval not installed: skipped the lm-eval comparison (pip install -e .[bench])")
             return
         base = str(models["base"])
-        ours = timed([sys.executable, "-m", "diffeval", "run", "needle", "-m", f"base={base}", "--ctx", str(args.ctx),
-                      "--depths", ",".join(map(str, DEPTHS)), "--samples", str(args.samples // len(DEPTHS)),
-                      "--device", "cpu", "--out", str(root / "cli-run")])
-        lm_eval = timed([sys.executable, "-m", "lm_eval", "--model", "hf", "--model_args",
-                         f"pretrained={base},dtype=float32", "--tasks", "niah_single_1", "--limit", str(args.samples),
-                         "--metadata", json.dumps({"max_seq_lengths": [args.ctx]}), "--device", "cpu",
-                         "--batch_size", "1"])
+        ours = timed(
+            [
+                sys.executable,
+                "-m",
+                "diffeval",
+                "run",
+                "needle",
+                "-m",
+                f"base={base}",
+                "--ctx",
+                str(args.ctx),
+                "--depths",
+                ",".join(map(str, DEPTHS)),
+                "--samples",
+                str(args.samples // len(DEPTHS)),
+                "--device",
+                "cpu",
+                "--out",
+                str(root / "cli-run"),
+            ]
+        )
+        lm_eval = timed(
+            [
+                sys.executable,
+                "-m",
+                "lm_eval",
+                "--model",
+                "hf",
+                "--model_args",
+                f"pretrained={base},dtype=float32",
+                "--tasks",
+                "niah_single_1",
+                "--limit",
+                str(args.samples),
+                "--metadata",
+                json.dumps({"max_seq_lengths": [args.ctx]}),
+                "--device",
+                "cpu",
+                "--batch_size",
+                "1",
+            ]
+        )
         print("\ncommand line, base model | wall s")
         print("--- | ---")
         print(f"diffeval run needle | {ours:.1f}")

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import run_cli
 
 
