@@ -162,7 +162,7 @@ def report(
 def _print_tables(tables) -> None:
     for name, frame in tables.items():
         console.print(f"[bold]{name}[/bold]")
-        console.print(frame.to_markdown(floatfmt=".3f"), markup=False, highlight=False)
+        console.print(frame.to_markdown(floatfmt=".3f"), markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

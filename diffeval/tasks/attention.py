@@ -28,6 +28,7 @@ import pandas as pd  # noqa: E402
 
 from diffeval.models.backend import Backend  # noqa: E402
 from diffeval.models.diff import split_differential  # noqa: E402
+from diffeval.paper import TABLE3  # noqa: E402
 from diffeval.tasks import needle  # noqa: E402
 
 SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
@@ -136,10 +137,21 @@ def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
             for length, depth in pivot.columns:
                 prefix = f"{length} " if multi_length else ""
                 columns[f"{prefix}{segment} {depth}%"] = pivot[(length, depth)]
-        out[f"table3_{label}"] = pd.DataFrame(columns).round(3)
+        table = pd.DataFrame(columns)
+        if not suffix and not multi_length:  # the headline raw shares, beside the paper's Table 3
+            table = pd.concat([table, _paper_rows(sorted(frame["depth"].unique()))])
+        out[f"table3_{label}"] = table.round(3)
     out["segments"] = _segment_table(frame)
     out["per_layer"] = _per_layer_table(frame)
     return out
+
+
+def _paper_rows(depths: list[int]) -> pd.DataFrame:
+    rows = {
+        model: {f"{segment} {d}%": values[segment].get(d) for segment in ("answer", "noise") for d in depths}
+        for model, values in TABLE3.items()
+    }
+    return pd.DataFrame.from_dict(rows, orient="index")
 
 
 def _segment_table(frame: pd.DataFrame) -> pd.DataFrame:
