@@ -36,29 +36,32 @@ COMMON_OPTIONS = {
     "model": Annotated[list[str] | None, Opt("--model", "-m", help="NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable")],
     "config": Annotated[str | None, Opt(help="YAML preset file or shipped preset name; flags override it")],
     "ctx": Annotated[str | None, Opt(help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)")],
-    "needles": Annotated[str | None, Opt(help="N, needles per sample; a comma list runs several N/R settings")],
-    "queries": Annotated[str | None, Opt(help="R, needles queried per sample; one value or one per N")],
-    "depths": Annotated[str | None, Opt(help="depths of the first queried needle in percent, e.g. 0,25,50,75,100")],
-    "samples": Annotated[int | None, Opt(help="samples per depth × length × N/R cell")],
     "seed": Annotated[int | None, Opt(help="seed of the sample content [default: 0]")],
-    "haystack": Annotated[str | None, Opt(help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")],
     "out": Annotated[str | None, Opt(help="run folder [default: results/TASK-<config hash>]")],
     "device": Annotated[str | None, Opt(help="auto | cpu | cuda")],
     "dtype": Annotated[str | None, Opt(help="auto (fp32 on CPU, bf16 on CUDA) | float32 | bfloat16 | float16")],
     "attn_impl": Annotated[str | None, Opt(help="transformers attention implementation [default: sdpa]")],
-    "chat_template": Annotated[
-        bool | None, Opt("--chat-template/--no-chat-template", help="use the model's chat template [default: off]")
-    ],
-    "max_new_tokens": Annotated[int | None, Opt(help="tokens to generate; also reserved in the budget [default: 32]")],
     "batch_size": Annotated[int | None, Opt(help="samples per backend call [default: 1]")],
     "limit": Annotated[int | None, Opt(help="cap samples per cell (quick runs, CI)")],
     "overwrite": Annotated[bool | None, Opt("--overwrite", help="replace a run folder holding another config")],
     "trust_remote_code": Annotated[bool | None, Opt("--trust-remote-code", help="allow custom model code")],
     "allow_overlength": Annotated[bool | None, Opt("--allow-overlength", help="allow ctx beyond max positions")],
 }
+NEEDLE_SAMPLE_OPTIONS = {
+    "needles": Annotated[str | None, Opt(help="N, needles per sample; a comma list runs several N/R settings")],
+    "queries": Annotated[str | None, Opt(help="R, needles queried per sample; one value or one per N")],
+    "depths": Annotated[str | None, Opt(help="depths of the first queried needle in percent, e.g. 0,25,50,75,100")],
+    "samples": Annotated[int | None, Opt(help="samples per depth × length × N/R cell")],
+    "haystack": Annotated[str | None, Opt(help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")],
+    "chat_template": Annotated[
+        bool | None, Opt("--chat-template/--no-chat-template", help="use the model's chat template [default: off]")
+    ],
+    "max_new_tokens": Annotated[int | None, Opt(help="tokens to generate; also reserved in the budget [default: 32]")],
+}
 TASK_OPTIONS = {
-    "needle": {},
+    "needle": NEEDLE_SAMPLE_OPTIONS,
     "attention": {
+        **NEEDLE_SAMPLE_OPTIONS,
         "rows": Annotated[
             str | None,
             Opt(help="last: the last prompt token's row | answer: also teacher-forced answer rows [default: last]"),
@@ -67,10 +70,21 @@ TASK_OPTIONS = {
             str | None, Opt(help="answer: the number's tokens | needle: the whole needle sentence [default: answer]")
         ],
     },
+    "icl": {
+        "datasets": Annotated[str | None, Opt("--dataset", help="trec, trec-fine, banking77, clinic150; comma list")],
+        "shots": Annotated[str | None, Opt(help="demonstrations per prompt, comma list; max fills the context")],
+        "orders": Annotated[str | None, Opt(help="random:K, alternating:K, grouped[:K]; comma list")],
+        "test_size": Annotated[int | None, Opt(help="test queries per dataset [default: 250]")],
+        "draws": Annotated[int | None, Opt(help="independent demonstration draws [default: 1]")],
+        "data_dir": Annotated[str | None, Opt(help="read local files in the ../shared/datasets layout, not the hub")],
+        "test_indices": Annotated[str | None, Opt(help="JSON list of test rows, or a folder of <name>-indices.txt")],
+        "length_norm": Annotated[bool | None, Opt("--length-norm", help="score labels by mean token log-prob")],
+    },
 }
 TASK_HELP = {
     "needle": "Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
     "attention": "Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
+    "icl": "Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
 }
 
 

@@ -130,7 +130,38 @@ class AttentionOptions(NeedleOptions):
             raise InputError(f"bad --span {self.span!r}: use answer or needle")
 
 
-TASK_OPTIONS = {"needle": NeedleOptions, "attention": AttentionOptions}
+@dataclass(frozen=True)
+class IclOptions:
+    """Many-shot ICL with order robustness (paper Figures 6 and 7; Bertsch et al. 2024)."""
+
+    ctx: list[int] = field(default_factory=lambda: [4096])
+    datasets: list[str] = field(default_factory=lambda: ["trec"])
+    shots: list = field(default_factory=lambda: [1, 10, 100])  # ints, or "max"
+    orders: list[str] = field(default_factory=lambda: ["random:3"])
+    test_size: int = 250
+    draws: int = 1
+    data_dir: str | None = None
+    test_indices: str | None = None
+    length_norm: bool = False
+
+    def validate(self) -> None:
+        from diffeval.data.icl import DATASETS
+        from diffeval.tasks.icl import parse_orders
+
+        if len(self.ctx) != 1:
+            raise InputError(f"--ctx {self.ctx}: ICL takes one context length (the prompt budget), e.g. --ctx 64k")
+        unknown = [d for d in self.datasets if d not in DATASETS]
+        if unknown or not self.datasets:
+            raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(DATASETS)}")
+        for shots in self.shots:
+            if shots != "max" and (not isinstance(shots, int) or shots < 0):
+                raise InputError(f"bad --shots value {shots!r}: use non-negative integers or max, e.g. 1,10,100,max")
+        parse_orders(self.orders)
+        if self.test_size < 1 or self.draws < 1:
+            raise InputError("--test-size and --draws must be at least 1")
+
+
+TASK_OPTIONS = {"needle": NeedleOptions, "attention": AttentionOptions, "icl": IclOptions}
 # options that change what is computed: they define a run folder's identity (sample counts do not,
 # so a run can be extended with more samples and still resume)
 _IDENTITY_EXCLUDED = {"samples", "limit", "batch_size", "out", "overwrite", "device"}
@@ -140,7 +171,7 @@ _IDENTITY_EXCLUDED = {"samples", "limit", "batch_size", "out", "overwrite", "dev
 class RunConfig:
     task: str
     models: list[ModelSpec]
-    options: NeedleOptions  # or a subclass: AttentionOptions
+    options: NeedleOptions | AttentionOptions | IclOptions
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
@@ -230,6 +261,34 @@ def load_yaml(name_or_path: str) -> dict[str, Any]:
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 
+def parse_str_list(text: str | list) -> list[str]:
+    items = text if isinstance(text, list) else str(text).split(",")
+    return [str(item).strip() for item in items if str(item).strip()]
+
+
+def parse_shots(text: str | int | list) -> list:
+    items = text if isinstance(text, list) else str(text).split(",")
+    out = []
+    for item in items:
+        token = str(item).strip()
+        if token != "max" and not token.isdigit():
+            raise InputError(f"bad --shots value {token!r}: use non-negative integers or max, e.g. 1,10,100,max")
+        out.append(token if token == "max" else int(token))
+    return out
+
+
+# options given as comma lists on the command line (or YAML lists)
+LIST_OPTIONS = {
+    "ctx": parse_ctx,
+    "needles": lambda v: parse_int_list(v, "--needles"),
+    "queries": lambda v: parse_int_list(v, "--queries"),
+    "depths": lambda v: parse_int_list(v, "--depths"),
+    "datasets": parse_str_list,
+    "orders": parse_str_list,
+    "shots": parse_shots,
+}
+
+
 def build_config(task: str, yaml_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
     """Merge preset values and command-line flags (flags win) into a validated RunConfig."""
     values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
@@ -248,17 +307,17 @@ def build_config(task: str, yaml_values: dict[str, Any], flags: dict[str, Any]) 
         raw_models = [raw_models]
     models = [ModelSpec.parse(m) for m in raw_models]
     option_values = {k: values.pop(k) for k in list(values) if k in option_names}
-    if "ctx" in option_values:
-        option_values["ctx"] = parse_ctx(option_values["ctx"])
-    for key, what in (("needles", "--needles"), ("queries", "--queries"), ("depths", "--depths")):
+    for key, parse in LIST_OPTIONS.items():
         if key in option_values:
-            option_values[key] = parse_int_list(option_values[key], what)
+            option_values[key] = parse(option_values[key])
     try:
         options = option_cls(**option_values)
         config = RunConfig(task=task, models=models, options=options, **values)
     except TypeError as exc:
         raise InputError(f"bad option value: {exc}") from None
-    for name, value in (("seed", config.seed), ("samples", options.samples), ("max_new_tokens", config.max_new_tokens)):
+    counts = [("seed", config.seed), ("max_new_tokens", config.max_new_tokens)]
+    counts += [(name, getattr(options, name)) for name in ("samples", "test_size", "draws") if hasattr(options, name)]
+    for name, value in counts:
         if not isinstance(value, int) or isinstance(value, bool):
             raise InputError(f"option {name} must be an integer, got {value!r}")
     return config.validate()

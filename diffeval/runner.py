@@ -46,7 +46,10 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
     task.check_inputs(config)
     folder = RunFolder(config.out_dir())
     folder.prepare(config, {"versions": library_versions(), "models": infos})
-    samples = task.make_samples(config.options, config.seed, config.limit)
+    # a task may need the models' tokenizers before it can build samples (ICL's `shots=max`)
+    prepared = task.prepare(config) if hasattr(task, "prepare") else None
+    extra = {"max_shots": prepared} if prepared is not None else {}
+    samples = task.make_samples(config.options, config.seed, config.limit, **extra)
     done = folder.done_keys()
     progress = Progress(
         TextColumn("{task.description}"),
@@ -69,8 +72,12 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
             )
             folder.record_model(spec.name, backend.info.to_dict())
             tokens, start = 0, time.perf_counter()
-            for i in range(0, len(todo), config.batch_size):
-                for record in task.evaluate(todo[i : i + config.batch_size], backend, config):
+            if hasattr(task, "batches"):
+                chunks = task.batches(todo, config.batch_size)
+            else:
+                chunks = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
+            for chunk in chunks:
+                for record in task.evaluate(chunk, backend, config):
                     append_record(handle, record)
                     tokens += record["prompt_tokens"] + record["new_tokens"]
                     rate = f"{tokens / (time.perf_counter() - start):,.0f} tok/s"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -34,6 +35,12 @@ class Backend(Protocol):
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         """Greedy continuations of token-id prompts, cut at the first stop string."""
+
+    def score_choices(
+        self, prefix: list[int], queries: list[list[int]], choices: list[list[int]]
+    ) -> Iterator[list[tuple[float, int]]]:
+        """Per query, (summed log-probability, token count) of every choice's tokens after prefix + query; the prefix
+        is computed once and reused for every query and choice."""
 
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> Tensor:
         """(layers, heads, rows, segments): per-head attention weight on each key segment, for chosen rows only."""

@@ -64,9 +64,7 @@ def segment_shares(query: torch.Tensor, key: torch.Tensor, capture: RowCapture, 
 def check_supported(model) -> None:
     model_type = model.config.model_type
     if model_type not in SUPPORTED_MODEL_TYPES:
-        raise InputError(
-            f"attention analysis supports {', '.join(SUPPORTED_MODEL_TYPES)} models, not {model_type!r}"
-        )
+        raise InputError(f"attention analysis supports {', '.join(SUPPORTED_MODEL_TYPES)} models, not {model_type!r}")
 
 
 @contextmanager

@@ -62,6 +62,39 @@ class HFBackend:
             results.append(Generation(text=cut_at_stop(text, stop), new_tokens=len(row), seconds=seconds))
         return results
 
+    @torch.inference_mode()
+    def score_choices(self, prefix: list[int], queries: list[list[int]], choices: list[list[int]], reuse: bool = True):
+        """Yields, per query, (summed log-probability, token count) of every choice after prefix + query.
+
+        With `reuse` the prefix's KV cache is computed once and cropped back after every query and choice, so each
+        query costs only its own tokens and its choices'. Without it every (query, choice) runs the full sequence.
+        """
+        if not reuse:
+            for query in queries:
+                yield [self._choice_logprob_naive(prefix + query, choice) for choice in choices]
+            return
+        cache = self.model(input_ids=self._ids(prefix), use_cache=True).past_key_values
+        for query in queries:
+            out = self.model(input_ids=self._ids(query), past_key_values=cache, use_cache=True)
+            first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+            context = len(prefix) + len(query)
+            scores = []
+            for choice in choices:
+                total = float(first[choice[0]])
+                if len(choice) > 1:
+                    rest = self.model(input_ids=self._ids(choice[:-1]), past_key_values=cache, use_cache=True)
+                    total += _continuation_logprob(rest.logits[0], choice[1:])
+                    _rollback(cache, context)
+                scores.append((total, len(choice)))
+            _rollback(cache, len(prefix))
+            yield scores
+
+    def _choice_logprob_naive(self, context: list[int], choice: list[int]) -> tuple[float, int]:
+        logits = self.model(input_ids=self._ids(context + choice[:-1])).logits[0]
+        return _continuation_logprob(logits[len(context) - 1 :], choice), len(choice)
+
+    def _ids(self, ids: list[int]) -> torch.Tensor:
+        return torch.tensor([ids], device=self.device)
 
     @torch.inference_mode()
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> torch.Tensor:
@@ -70,6 +103,19 @@ class HFBackend:
             # the decoder alone: the LM head over every position would cost T × vocab floats for nothing
             self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
         return torch.stack([capture.shares[layer] for layer in sorted(capture.shares)])
+
+
+def _rollback(cache, length: int) -> None:
+    """Drop cached positions beyond `length` (transformers 5 crops by a negative count of tokens to remove)."""
+    extra = cache.get_seq_length() - length
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def _continuation_logprob(logits: torch.Tensor, targets: list[int]) -> float:
+    """Sum of log P(targets[i]) under logits[i] (row i predicts target i)."""
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    return float(logprobs[torch.arange(len(targets)), torch.tensor(targets, device=logits.device)].sum())
 
 
 def cut_at_stop(text: str, stop: list[str]) -> str:

@@ -75,6 +75,10 @@ def _title(name: str) -> str:
         "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
         "segments": "Share of every segment per map (raw and / row sum)",
         "per_layer": "Attention to answer per layer (raw, headline map)",
+        "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
+        "icl_orders": "ICL accuracy across orders of the same demonstrations",
+        "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
+        "over_budget": "Runs over the context budget (not scored)",
     }
     return f"{titles.get(kind, kind)}{f' ({model})' if model else ''}"
 

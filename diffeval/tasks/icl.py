@@ -1,0 +1,347 @@
+"""Many-shot in-context learning and its robustness to example order (paper Figures 6 and 7; Bertsch et al. 2024).
+
+Recipe:
+1. runs: for each dataset, draw and k, a seeded draw of k demonstrations from the train split (the first k of one
+   seeded permutation, so smaller k are prefixes of larger ones); each order (`random:K`, `alternating:K`,
+   `grouped:K`) is a permutation of that same multiset, identical for every model. `shots=max` is the largest k
+   whose prompt fits every model's context.
+2. samples: one per run × test query; the test set is the protocol's fixed indices (`--test-indices`) or a seeded
+   sample of the test split.
+3. prompt: "Question: …\\nType: label" demonstrations joined by blank lines, then the query; each model tokenizes the
+   same text. A run that does not fit a model's context is recorded as over budget, never truncated.
+4. backend: constrained decoding. The log-likelihood of every label's tokens after the prompt; the demonstration
+   block's KV cache is computed once per (model, run) and reused for every query and label.
+5. score: the best-scoring label (summed log-probability; `--length-norm` divides by the label's token count).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from itertools import groupby
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from transformers import AutoTokenizer  # noqa: E402
+
+from diffeval.data import icl as icl_data  # noqa: E402
+from diffeval.errors import InputError  # noqa: E402
+from diffeval.models.backend import Backend  # noqa: E402
+
+SUMMARY_KEYS = ["model", "dataset", "shots", "order", "order_seed", "draw"]
+TABLE_NOTE = (
+    "accuracy = fraction of test queries whose highest-likelihood label is the gold label; margin = best - worst "
+    "accuracy (points) over the orders of the same demonstrations; over-budget runs are excluded and counted"
+)
+ORDER_TYPES = ("random", "alternating", "grouped")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One demonstration block: a dataset, a draw of k demonstrations, and one order of them."""
+
+    dataset: str
+    shots: int
+    order: str
+    order_seed: int
+    draw: int
+
+    @property
+    def key(self) -> tuple:
+        return (self.dataset, self.shots, self.order, self.order_seed, self.draw)
+
+
+@dataclass(frozen=True)
+class ICLSample:
+    sample_id: str
+    run: Run
+    shots_requested: str
+    test_id: int
+    seed: int
+
+
+def parse_orders(orders: list[str]) -> list[tuple[str, int]]:
+    parsed = []
+    for item in orders:
+        kind, _, count = str(item).partition(":")
+        if kind not in ORDER_TYPES or (count and not count.isdigit()) or (count and int(count) < 1):
+            raise InputError(f"bad order {item!r}: use random:K, alternating:K or grouped[:K], e.g. random:10")
+        parsed.append((kind, int(count or 1)))
+    return parsed
+
+
+@lru_cache(maxsize=8)
+def dataset(name: str, data_dir: str | None) -> icl_data.ICLDataset:
+    return icl_data.load(name, data_dir)
+
+
+def test_ids(options, name: str, seed: int) -> list[int]:
+    data = dataset(name, options.data_dir)
+    if options.test_indices:
+        path = Path(options.test_indices).expanduser()
+        if path.is_dir():  # the protocol's folder of index files (long-context-icl `dataset-splits/`)
+            files = {"trec": "trec", "trec-fine": "trec", "banking77": "banking", "clinic150": "clinic"}
+            path = path / f"{files[name]}-indices.txt"
+        elif len(options.datasets) > 1:
+            raise InputError("--test-indices FILE serves one dataset: give a folder of <name>-indices.txt for several")
+        ids = icl_data.load_indices(str(path))
+        if max(ids, default=-1) >= len(data.test) or min(ids, default=0) < 0:
+            raise InputError(f"--test-indices {path}: indices outside the {len(data.test)} test rows of {name}")
+        return ids[: options.test_size]
+    rng = random.Random(f"icl-test|{name}|{seed}")
+    return sorted(rng.sample(range(len(data.test)), min(options.test_size, len(data.test))))
+
+
+def demonstrations(name: str, data_dir: str | None, seed: int, draw: int, shots: int) -> list[int]:
+    """Train indices of a draw: the first `shots` of a seeded permutation (nested across k)."""
+    train = dataset(name, data_dir).train
+    if shots > len(train):
+        raise InputError(f"{shots} shots exceed the {len(train)} training examples of {name}")
+    order = list(range(len(train)))
+    random.Random(f"icl-draw|{name}|{seed}|{draw}").shuffle(order)
+    return order[:shots]
+
+
+def ordered(run: Run, data_dir: str | None, seed: int) -> list[int]:
+    """The run's demonstrations in its order: a permutation of the draw's multiset."""
+    demos = demonstrations(run.dataset, data_dir, seed, run.draw, run.shots)
+    train = dataset(run.dataset, data_dir).train
+    rng = random.Random(f"icl-order|{run.dataset}|{seed}|{run.draw}|{run.shots}|{run.order}|{run.order_seed}")
+    if run.order == "random":
+        rng.shuffle(demos)
+        return demos
+    by_class: dict[int, list[int]] = {}
+    for index in sorted(demos):
+        by_class.setdefault(train[index].label, []).append(index)
+    classes = sorted(by_class)
+    if run.order_seed > 0 or run.order == "alternating":  # variant 0 of grouped is plain sorting by label id
+        rng.shuffle(classes)
+        for members in by_class.values():
+            rng.shuffle(members)
+    if run.order == "grouped":
+        return [i for c in classes for i in by_class[c]]
+    out, queues = [], [list(by_class[c]) for c in classes]
+    while any(queues):  # round-robin over classes
+        for queue in queues:
+            if queue:
+                out.append(queue.pop(0))
+    return out
+
+
+def format_example(name: str, text: str, label: str | None) -> str:
+    input_prefix, output_prefix = icl_data.FORMATS[name]
+    return f"{input_prefix}: {text}\n{output_prefix}:" + (f" {label}" if label is not None else "")
+
+
+def demonstration_block(run: Run, data_dir: str | None, seed: int) -> str:
+    data = dataset(run.dataset, data_dir)
+    examples = [data.train[i] for i in ordered(run, data_dir, seed)]
+    return "".join(format_example(run.dataset, e.text, data.labels[e.label]) + "\n\n" for e in examples)
+
+
+def resolve_max_shots(config) -> dict[tuple[str, int], int]:
+    """`shots=max`: per dataset and draw, the largest k whose prompt fits every model's context."""
+    options = config.options
+    ctx = options.ctx[0]
+    tokenizers = [
+        AutoTokenizer.from_pretrained(m.spec, trust_remote_code=config.trust_remote_code) for m in config.models
+    ]
+    best = {}
+    for name in options.datasets:
+        data = dataset(name, options.data_dir)
+        queries = [format_example(name, data.test[i].text, None) for i in test_ids(options, name, config.seed)]
+        for draw in range(options.draws):
+            pool = demonstrations(name, options.data_dir, config.seed, draw, len(data.train))
+            texts = [format_example(name, data.train[i].text, data.labels[data.train[i].label]) + "\n\n" for i in pool]
+            k = len(texts)
+            for tokenizer in tokenizers:
+                reserve = (
+                    1
+                    + max(len(tokenizer(q, add_special_tokens=False).input_ids) for q in queries)
+                    + max(len(tokenizer(" " + label, add_special_tokens=False).input_ids) for label in data.labels)
+                )
+                lengths = tokenizer(texts[:k], add_special_tokens=False).input_ids
+                total, fitting = 0, 0
+                for length in map(len, lengths):
+                    if total + length + reserve > ctx:
+                        break
+                    total += length
+                    fitting += 1
+                k = min(k, fitting)
+            best[(name, draw)] = k
+    return best
+
+
+def make_samples(options, seed: int, limit: int | None = None, max_shots=None) -> list[ICLSample]:
+    samples = []
+    for name in options.datasets:
+        ids = test_ids(options, name, seed)[:limit] if limit else test_ids(options, name, seed)
+        for draw in range(options.draws):
+            for requested in options.shots:
+                shots = max_shots[(name, draw)] if requested == "max" else int(requested)
+                for kind, variants in parse_orders(options.orders):
+                    for variant in range(variants):
+                        run = Run(name, shots, kind, variant, draw)
+                        for test_id in ids:
+                            key = f"icl|{seed}|{'|'.join(map(str, run.key))}|{test_id}"
+                            sample_id = hashlib.sha256(key.encode()).hexdigest()[:16]
+                            samples.append(ICLSample(sample_id, run, str(requested), test_id, seed))
+    return samples
+
+
+def prepare(config):
+    """Resolve `shots=max` against every model's tokenizer before any sample is built."""
+    return resolve_max_shots(config) if "max" in config.options.shots else None
+
+
+def check_inputs(config) -> None:
+    for name in config.options.datasets:
+        test_ids(config.options, name, config.seed)
+        data = dataset(name, config.options.data_dir)
+        for shots in config.options.shots:
+            if shots != "max" and int(shots) > len(data.train):
+                raise InputError(f"{shots} shots exceed the {len(data.train)} training examples of {name}")
+
+
+def batches(todo: list[ICLSample], batch_size: int) -> list[list[ICLSample]]:
+    """All queries of one run together: its demonstration block is encoded once."""
+    return [list(group) for _, group in groupby(todo, key=lambda s: s.run.key)]
+
+
+def evaluate(batch: list[ICLSample], backend: Backend, config):
+    """Yields one record per test query as soon as it is scored."""
+    options = config.options
+    run = batch[0].run
+    data = dataset(run.dataset, options.data_dir)
+    prefix = backend.encode(demonstration_block(run, options.data_dir, config.seed)).ids
+    queries = [
+        backend.encode(format_example(run.dataset, data.test[s.test_id].text, None), special_tokens=False).ids
+        for s in batch
+    ]
+    choices = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
+    longest = len(prefix) + max(map(len, queries)) + max(map(len, choices))
+    base = {
+        "task": "icl",
+        "model": backend.info.name,
+        "dataset": run.dataset,
+        "shots": run.shots,
+        "order": run.order,
+        "order_seed": run.order_seed,
+        "draw": run.draw,
+        "demonstration_tokens": len(prefix),
+        "new_tokens": 0,
+    }
+    if longest > options.ctx[0]:
+        for sample in batch:
+            yield {
+                **base,
+                **_sample_fields(sample, data),
+                "status": "over_budget",
+                "prompt_tokens": longest,
+                "prediction": None,
+                "predicted_label": None,
+                "correct": None,
+                "score": None,
+                "label_scores": None,
+                "seconds": 0.0,
+            }
+        return
+    start = time.perf_counter()
+    for sample, query, scores in zip(batch, queries, backend.score_choices(prefix, queries, choices)):
+        values = [total / count if options.length_norm else total for total, count in scores]
+        prediction = max(range(len(values)), key=values.__getitem__)
+        gold = data.test[sample.test_id].label
+        now = time.perf_counter()
+        yield {
+            **base,
+            **_sample_fields(sample, data),
+            "status": "ok",
+            "prompt_tokens": len(prefix) + len(query),
+            "prediction": prediction,
+            "predicted_label": data.labels[prediction],
+            "correct": prediction == gold,
+            "score": float(prediction == gold),
+            "label_scores": [round(v, 4) for v in values],
+            "seconds": round(now - start, 4),
+        }
+        start = now
+
+
+def _sample_fields(sample: ICLSample, data: icl_data.ICLDataset) -> dict:
+    gold = data.test[sample.test_id].label
+    return {
+        "sample_id": sample.sample_id,
+        "shots_requested": sample.shots_requested,
+        "test_id": sample.test_id,
+        "gold": gold,
+        "gold_label": data.labels[gold],
+    }
+
+
+def _scored(records: pd.DataFrame) -> pd.DataFrame:
+    return records[records["status"] == "ok"].assign(score=lambda f: f["score"].astype(float))
+
+
+def order_statistics(records: pd.DataFrame) -> pd.DataFrame:
+    """Per model, dataset, shots and order type: accuracy over its orders (mean, std, min, max, best - worst)."""
+    per_run = _scored(records).groupby(SUMMARY_KEYS, sort=False)["score"].mean().reset_index()
+    stats = per_run.groupby(["model", "dataset", "shots", "order"], sort=False)["score"].agg(
+        runs="count", mean="mean", std="std", min="min", max="max"
+    )
+    stats["margin"] = (stats["max"] - stats["min"]) * 100
+    return stats.round(4).reset_index()
+
+
+def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    scored = _scored(records)
+    out = {}
+    accuracy = scored.pivot_table(
+        index="model", columns=["dataset", "shots"], values="score", aggfunc="mean", sort=False
+    )
+    accuracy.columns = [f"{d} {k}-shot" for d, k in accuracy.columns]
+    out["icl_accuracy"] = accuracy.round(3)
+    stats = order_statistics(records)
+    stats["setting"] = stats["dataset"] + " " + stats["shots"].astype(str) + "-shot " + stats["order"]
+    out["icl_orders"] = stats.set_index(["model", "setting"])[["runs", "mean", "std", "min", "max", "margin"]]
+    margins = stats.pivot_table(index="setting", columns="model", values="margin", sort=False)
+    out["figure7_margins"] = margins[list(stats["model"].unique())].round(1)
+    over = records[records["status"] == "over_budget"]
+    if len(over):
+        out["over_budget"] = over.groupby(["model", "dataset", "shots"]).size().to_frame("queries")
+    return out
+
+
+def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    scored = _scored(records)
+    names = list(scored["dataset"].unique())
+    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
+    for ax, name in zip(axes[0], names):
+        curve = scored[scored["dataset"] == name].groupby(["shots", "model"])["score"].mean().unstack()
+        curve.plot(ax=ax, marker="o", logx=bool(curve.index.max() > 10 * max(curve.index.min(), 1)))
+        ax.set(title=f"{name}: accuracy vs shots", xlabel="shots", ylabel="accuracy")
+    fig.tight_layout()
+    shots_png = folder / "icl_accuracy_vs_shots.png"
+    fig.savefig(shots_png, dpi=120)
+    plt.close(fig)
+    per_run = scored.groupby(SUMMARY_KEYS, sort=False)["score"].mean().reset_index()
+    per_run["group"] = per_run["dataset"] + " " + per_run["shots"].astype(str) + "-shot " + per_run["order"]
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * per_run["group"].nunique() * per_run["model"].nunique()), 4))
+    labels, data = [], []
+    for (group, model), values in per_run.groupby(["group", "model"], sort=False)["score"]:
+        labels.append(f"{group}\n{model}")
+        data.append(values.to_numpy())
+    ax.boxplot(data)
+    ax.set_xticks(range(1, len(labels) + 1), labels, rotation=30, ha="right", fontsize=7)
+    ax.set(title="accuracy across orders of the same demonstrations", ylabel="accuracy")
+    fig.tight_layout()
+    box_png = folder / "icl_order_robustness.png"
+    fig.savefig(box_png, dpi=120)
+    plt.close(fig)
+    return [shots_png, box_png]
