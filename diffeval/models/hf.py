@@ -73,16 +73,16 @@ class HFBackend:
             for query in queries:
                 yield [self._choice_logprob_naive(prefix + query, choice) for choice in choices]
             return
-        cache = self.model(input_ids=self._ids(prefix), use_cache=True).past_key_values
+        cache = self.model(input_ids=self._ids(prefix), use_cache=True).cache
         for query in queries:
-            out = self.model(input_ids=self._ids(query), past_key_values=cache, use_cache=True)
+            out = self.model(input_ids=self._ids(query), cache=cache, use_cache=True)
             first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
             context = len(prefix) + len(query)
             scores = []
             for choice in choices:
                 total = float(first[choice[0]])
                 if len(choice) > 1:
-                    rest = self.model(input_ids=self._ids(choice[:-1]), past_key_values=cache, use_cache=True)
+                    rest = self.model(input_ids=self._ids(choice[:-1]), cache=cache, use_cache=True)
                     total += _continuation_logprob(rest.logits[0], choice[1:])
                     _rollback(cache, context)
                 scores.append((total, len(choice)))
