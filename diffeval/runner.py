@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from rich.console import Console
@@ -37,6 +38,21 @@ def check_models(config: RunConfig) -> dict[str, dict]:
             )
         infos[spec.name] = info.to_dict()
     return infos
+
+
+def _with_prompts(task, chunks: list, backend, config):
+    """Yields (chunk, evaluate's extra arguments). Where the task builds prompts separately, the next chunk's are
+    built in a thread while the model works on this one (tokenizers release the GIL), hiding much of that time."""
+    if not hasattr(task, "build_prompts"):
+        yield from ((chunk, {}) for chunk in chunks)
+        return
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(task.build_prompts, chunks[0], backend, config) if chunks else None
+        for i, chunk in enumerate(chunks):
+            prompts = pending.result()
+            if i + 1 < len(chunks):
+                pending = pool.submit(task.build_prompts, chunks[i + 1], backend, config)
+            yield chunk, {"prompts": prompts}
 
 
 def run(config: RunConfig, console: Console | None = None) -> RunFolder:
@@ -76,8 +92,8 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
                 chunks = task.batches(todo, config.batch_size)
             else:
                 chunks = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
-            for chunk in chunks:
-                for record in task.evaluate(chunk, backend, config):
+            for chunk, extra in _with_prompts(task, chunks, backend, config):
+                for record in task.evaluate(chunk, backend, config, **extra):
                     append_record(handle, record)
                     tokens += record["prompt_tokens"] + record["new_tokens"]
                     rate = f"{tokens / (time.perf_counter() - start):,.0f} tok/s"

@@ -472,12 +472,16 @@ def check_inputs(config) -> None:
     haystack_sentences(config.options.haystack, config.seed, 10)
 
 
-def evaluate(batch: list[NeedleSample], backend: Backend, config) -> list[dict]:
-    """Prompts for one batch of samples on one model, greedy answers, scored records."""
-    prompts = [
+def build_prompts(batch: list[NeedleSample], backend: Backend, config) -> list[NeedlePrompt]:
+    return [
         build_prompt(s, config.options.haystack, backend, s.ctx - config.max_new_tokens, config.chat_template)
         for s in batch
     ]
+
+
+def evaluate(batch: list[NeedleSample], backend: Backend, config, prompts: list[NeedlePrompt] | None = None):
+    """Greedy answers for one batch of samples on one model, as scored records."""
+    prompts = prompts if prompts is not None else build_prompts(batch, backend, config)
     outputs = backend.generate([p.ids for p in prompts], config.max_new_tokens, STOP)
     return [
         record(s, p, backend.info.name, out.text, out.new_tokens, out.seconds)
