@@ -12,6 +12,7 @@ from rich.table import Table
 
 from diffeval.config import ModelSpec, build_config, load_yaml
 from diffeval.errors import InputError
+from diffeval.judges import JudgeError
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -81,10 +82,24 @@ TASK_OPTIONS = {
         "length_norm": Annotated[bool | None, Opt("--length-norm", help="score labels by mean token log-prob")],
     },
 }
+TASK_OPTIONS["hallucination"] = {
+    "datasets": Annotated[str | None, Opt("--dataset", help="xsum, cnndm, multi_news, qasper, hotpotqa, 2wikimqa")],
+    "samples": Annotated[int | None, Opt(help="documents per dataset (the first N) [default: 100]")],
+    "judge": Annotated[
+        str | None,
+        Opt(help="required: openai:MODEL | openai-compatible:BASE_URL#MODEL | hf:PATH | overlap (offline proxy)"),
+    ],
+    "data_dir": Annotated[str | None, Opt(help="read local JSONL files (../shared/datasets/hallucination layout)")],
+    "judge_cache": Annotated[str | None, Opt(help="verdict cache folder [default: ~/.cache/diffeval]")],
+    "judge_timeout": Annotated[float | None, Opt(help="seconds per judge request [default: 60]")],
+    "judge_retries": Annotated[int | None, Opt(help="retries on 429, 5xx and timeouts [default: 5]")],
+    "judge_concurrency": Annotated[int | None, Opt(help="judge requests in flight [default: 4]")],
+}
 TASK_HELP = {
     "needle": "Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
     "attention": "Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
     "icl": "Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
+    "hallucination": "Contextual hallucination on summarization and QA (paper Table 4), judged.",
 }
 
 
@@ -184,6 +199,8 @@ def main() -> None:
         app(standalone_mode=False)
     except InputError as exc:
         _fail(str(exc), 2)
+    except JudgeError as exc:
+        _fail(str(exc), 1)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("interrupted: finished samples are saved; rerun the same command to resume")
         sys.exit(130)

@@ -161,17 +161,61 @@ class IclOptions:
             raise InputError("--test-size and --draws must be at least 1")
 
 
-TASK_OPTIONS = {"needle": NeedleOptions, "attention": AttentionOptions, "icl": IclOptions}
+@dataclass(frozen=True)
+class HallucinationOptions:
+    """Contextual hallucination on summarization and QA (paper Table 4)."""
+
+    ctx: list[int] = field(default_factory=lambda: [4096])
+    datasets: list[str] = field(default_factory=lambda: ["xsum"])
+    samples: int = 100
+    judge: str | None = None  # required: there is no silent default
+    data_dir: str | None = None
+    judge_cache: str | None = None
+    judge_timeout: float = 60.0
+    judge_retries: int = 5
+    judge_concurrency: int = 4
+
+    def validate(self) -> None:
+        from diffeval.data.hallucination import DATASETS
+
+        if not self.judge:
+            raise InputError("--judge is required: openai:MODEL, openai-compatible:BASE_URL#MODEL, hf:PATH or overlap")
+        if len(self.ctx) != 1:
+            raise InputError(f"--ctx {self.ctx}: hallucination runs take one context length, e.g. --ctx 4k")
+        unknown = [d for d in self.datasets if d not in DATASETS]
+        if unknown or not self.datasets:
+            raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(DATASETS)}")
+        if self.samples < 1 or self.judge_retries < 0 or self.judge_concurrency < 1 or self.judge_timeout <= 0:
+            raise InputError("--samples and --judge-concurrency must be at least 1, --judge-timeout positive")
+
+
+TASK_OPTIONS = {
+    "needle": NeedleOptions,
+    "attention": AttentionOptions,
+    "icl": IclOptions,
+    "hallucination": HallucinationOptions,
+}
 # options that change what is computed: they define a run folder's identity (sample counts do not,
 # so a run can be extended with more samples and still resume)
-_IDENTITY_EXCLUDED = {"samples", "limit", "batch_size", "out", "overwrite", "device"}
+_IDENTITY_EXCLUDED = {
+    "samples",
+    "limit",
+    "batch_size",
+    "out",
+    "overwrite",
+    "device",
+    "judge_cache",
+    "judge_timeout",
+    "judge_retries",
+    "judge_concurrency",
+}
 
 
 @dataclass(frozen=True)
 class RunConfig:
     task: str
     models: list[ModelSpec]
-    options: NeedleOptions | AttentionOptions | IclOptions
+    options: NeedleOptions | AttentionOptions | IclOptions | HallucinationOptions
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"

@@ -25,6 +25,9 @@ def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.Da
     """n, mean and 95 % CI of `value` per group (the mean of `score` is called accuracy)."""
     rows = []
     for keys, group in frame.groupby(by, sort=False):
+        group = group.dropna(subset=[value])  # e.g. unparsed judge verdicts, over-budget ICL runs
+        if group.empty:
+            continue
         low, high = mean_ci(group[value])
         rows.append(
             {

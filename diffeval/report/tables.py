@@ -79,6 +79,10 @@ def _title(name: str) -> str:
         "icl_orders": "ICL accuracy across orders of the same demonstrations",
         "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
         "over_budget": "Runs over the context budget (not scored)",
+        "table4": "Table 4 layout: fraction judged hallucination-free",
+        "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "
+        "hallucination rate",
+        "judging": "Judging: samples, unparsed verdicts, truncated prompts, judge",
     }
     return f"{titles.get(kind, kind)}{f' ({model})' if model else ''}"
 

@@ -1,6 +1,6 @@
 """Task families by name. Each module exposes make_samples, check_inputs, evaluate, SUMMARY_KEYS, TABLE_NOTE and
 tables(records); plots(records, folder) where the task has figures."""
 
-from diffeval.tasks import attention, icl, needle
+from diffeval.tasks import attention, hallucination, icl, needle
 
-TASKS = {"needle": needle, "attention": attention, "icl": icl}
+TASKS = {"needle": needle, "attention": attention, "icl": icl, "hallucination": hallucination}

@@ -1,0 +1,157 @@
+"""Documents, references and prompts for contextual hallucination (paper Table 4; the Lookback Lens protocol).
+
+Summarization: XSum and CNN/DailyMail. QA and multi-document summarization: LongBench's multi_news, qasper, hotpotqa
+and 2wikimqa, with LongBench's own prompt templates and output lengths (THUDM/LongBench `config/`, MIT).
+
+Sources: the hub by default (`EdinburghNLP/xsum`, `abisee/cnn_dailymail` 3.0.0, and LongBench's `data.zip`, since
+current `datasets` no longer runs its loading script), or `--data-dir DIR` with JSONL files in the layout of
+../shared/datasets/hallucination:
+    xsum_lookbacklens_200.jsonl    document, summary, id
+    cnndm_frank_200.jsonl          article, reference, id
+    longbench_<name>.jsonl         LongBench schema: input, context, answers, _id
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from diffeval.errors import InputError
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    kind: str  # summarization | qa
+    template: str  # formatted with {context} and {input}
+    max_new_tokens: int
+    stop: tuple[str, ...]
+
+
+_LONGBENCH_QA = (
+    "Answer the question based on the given passages. Only give me the answer and do not output any other words."
+)
+_QASPER_RULES = (
+    "Answer the question as concisely as you can, using a single phrase or sentence if possible. If the question "
+    'cannot be answered based on the information in the article, write "unanswerable". If the question is a yes/no '
+    'question, answer "yes", "no", or "unanswerable". Do not provide any explanation.'
+)
+SPECS = {
+    "xsum": DatasetSpec(
+        "summarization",
+        "Document: {context}\n\nSummarize the document above in one sentence.\n\nSummary:",
+        64,
+        ("\n\n",),
+    ),
+    "cnndm": DatasetSpec(
+        "summarization",
+        "Document: {context}\n\nSummarize the document above in three sentences.\n\nSummary:",
+        128,
+        ("\n\n",),
+    ),
+    "multi_news": DatasetSpec(
+        "summarization",
+        "You are given several news passages. Write a one-page summary of all "
+        "news. \n\nNews:\n{context}\n\nNow, write a one-page summary of all the news.\n\nSummary:",
+        512,
+        (),
+    ),
+    "qasper": DatasetSpec(
+        "qa",
+        "You are given a scientific article and a question. " + _QASPER_RULES + "\n\nArticle: "
+        "{context}\n\n Answer the question based on the above article as concisely as you can, using "
+        "a single phrase or sentence if possible. If the question cannot be answered based on the "
+        'information in the article, write "unanswerable". If the question is a yes/no question, '
+        'answer "yes", "no", or "unanswerable". Do not provide any explanation.\n\nQuestion: '
+        "{input}\n\nAnswer:",
+        128,
+        ("\n",),
+    ),
+    "hotpotqa": DatasetSpec(
+        "qa",
+        _LONGBENCH_QA
+        + "\n\nThe following are given passages.\n{context}\n\n"
+        + _LONGBENCH_QA
+        + "\n\nQuestion: {input}\nAnswer:",
+        32,
+        ("\n",),
+    ),
+    "2wikimqa": DatasetSpec(
+        "qa",
+        _LONGBENCH_QA
+        + "\n\nThe following are given passages.\n{context}\n\n"
+        + _LONGBENCH_QA
+        + "\n\nQuestion: {input}\nAnswer:",
+        32,
+        ("\n",),
+    ),
+}
+DATASETS = tuple(SPECS)
+LONGBENCH = ("multi_news", "qasper", "hotpotqa", "2wikimqa")
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    context: str  # the source the output must stay faithful to
+    question: str  # empty for summarization
+    reference: str
+
+
+def load(name: str, data_dir: str | None, count: int) -> list[Document]:
+    """The first `count` rows of a dataset's evaluation split."""
+    if name not in SPECS:
+        raise InputError(f"unknown hallucination dataset {name!r}: use any of {', '.join(DATASETS)}")
+    rows = _load_local(name, Path(data_dir).expanduser(), count) if data_dir else _load_hub(name, count)
+    if not rows:
+        raise InputError(f"dataset {name} has no rows")
+    return rows
+
+
+def _load_local(name: str, root: Path, count: int) -> list[Document]:
+    files = {"xsum": "xsum_lookbacklens_200.jsonl", "cnndm": "cnndm_frank_200.jsonl"}
+    path = root / files.get(name, f"longbench_{name}.jsonl")
+    try:
+        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()][:count]
+        return [_document(name, json.loads(line)) for line in lines]
+    except FileNotFoundError:
+        raise InputError(f"--data-dir {root}: {path.name} is missing; see the README for the expected files") from None
+    except (KeyError, TypeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: rows do not have the expected schema ({type(exc).__name__}: {exc})") from None
+
+
+def _document(name: str, row: dict) -> Document:
+    if name == "xsum":
+        return Document(str(row["id"]), row["document"], "", row["summary"])
+    if name == "cnndm":
+        return Document(str(row["id"]), row["article"], "", row.get("reference") or row["highlights"])
+    answers = row["answers"]
+    return Document(
+        str(row["_id"]),
+        row["context"].replace(" NEWLINE_CHAR ", "\n"),
+        row.get("input") or "",
+        " / ".join(answers) if isinstance(answers, list) else str(answers),
+    )
+
+
+def _load_hub(name: str, count: int) -> list[Document]:
+    import datasets
+
+    try:
+        if name == "xsum":
+            rows = datasets.load_dataset("EdinburghNLP/xsum", split=f"test[:{count}]")
+            return [_document(name, dict(r)) for r in rows]
+        if name == "cnndm":
+            rows = datasets.load_dataset("abisee/cnn_dailymail", "3.0.0", split=f"test[:{count}]")
+            return [Document(r["id"], r["article"], "", r["highlights"]) for r in rows]
+        from huggingface_hub import hf_hub_download
+
+        archive = hf_hub_download("THUDM/LongBench", "data.zip", repo_type="dataset")
+        with zipfile.ZipFile(archive) as bundle:
+            lines = bundle.read(f"data/{name}.jsonl").decode("utf-8").splitlines()[:count]
+        return [_document(name, json.loads(line)) for line in lines if line.strip()]
+    except Exception as exc:  # hub errors come in many types (offline, missing, auth)
+        raise InputError(
+            f"cannot load {name} from the hub ({type(exc).__name__}): use --data-dir DIR offline"
+        ) from None

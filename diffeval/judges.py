@@ -1,0 +1,311 @@
+"""Hallucination judges: a binary verdict on a model output given its source document and the reference.
+
+- `openai:MODEL`: the OpenAI chat completions API, key from OPENAI_API_KEY.
+- `openai-compatible:BASE_URL#MODEL`: any server speaking that API (e.g. vLLM); OPENAI_API_KEY is sent when set.
+- `hf:PATH`: a local causal LM through diffeval's backend; it compares the likelihood of " yes" and " no".
+- `overlap`: an offline, deterministic proxy (share of output numbers, names and content word pairs that the source
+  lacks); always labelled a proxy, never a hallucination rate.
+
+Every verdict is cached on disk keyed by (judge, prompt hash). The API key is read from the environment at request
+time and never stored: not in the cache, the run folder, run.json or logs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from diffeval.errors import InputError
+
+JUDGE_PROMPT = """You check a model's {kind} against its source document for contextual hallucination.
+The {kind} is hallucination-free when everything it states is supported by the document; it is not when any claim \
+is missing from or contradicted by the document. The reference {kind} is given for guidance only.
+
+Document:
+{source}
+{question}
+Reference {kind}:
+{reference}
+
+Model {kind}:
+{output}
+
+Is the model {kind} hallucination-free? Reply with "Verdict: yes" or "Verdict: no" on the first line, then \
+"Rationale:" and one sentence."""
+
+
+class JudgeError(Exception):
+    """The judge failed after its retries; finished samples are kept and a rerun resumes."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    hallucination_free: bool | None  # None: the reply could not be parsed
+    rationale: str
+
+
+@dataclass(frozen=True)
+class JudgeItem:
+    kind: str  # "summary" or "answer"
+    source: str
+    question: str
+    reference: str
+    output: str
+
+    def prompt(self) -> str:
+        question = f"\nQuestion:\n{self.question}\n" if self.question else ""
+        return JUDGE_PROMPT.format(
+            kind=self.kind, source=self.source, question=question, reference=self.reference, output=self.output.strip()
+        )
+
+
+_VERDICT = re.compile(r"verdict\W{0,3}\s*(yes|no)\b", re.IGNORECASE)
+_LEADING = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+_RATIONALE = re.compile(r"rationale\W{0,3}\s*(.+)", re.IGNORECASE | re.DOTALL)
+
+
+def parse_verdict(reply: str) -> Verdict:
+    """'Verdict: yes' anywhere, a reply that starts with yes/no, or JSON {"verdict": ...}; else unparsed (None)."""
+    text = reply.strip()
+    found = _VERDICT.search(text) or _LEADING.search(text)
+    if found:
+        answer = found.group(1).lower() == "yes"
+    else:
+        try:
+            data = json.loads(text)
+            value = data.get("verdict", data.get("hallucination_free"))
+            answer = value if isinstance(value, bool) else {"yes": True, "no": False}.get(str(value).lower())
+        except (json.JSONDecodeError, AttributeError):
+            answer = None
+    rationale = _RATIONALE.search(text)
+    return Verdict(answer, (rationale.group(1) if rationale else text).strip()[:500])
+
+
+class VerdictCache:
+    """sqlite file of verdicts keyed by (judge id, sha256 of the prompt)."""
+
+    def __init__(self, folder: str | Path):
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(Path(folder) / "verdicts.sqlite", check_same_thread=False)
+        self._db.execute(
+            "CREATE TABLE IF NOT EXISTS verdicts (judge TEXT, prompt TEXT, verdict INTEGER, "
+            "rationale TEXT, PRIMARY KEY (judge, prompt))"
+        )
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(prompt: str) -> str:
+        return hashlib.sha256(prompt.encode()).hexdigest()
+
+    def get(self, judge: str, prompt: str) -> Verdict | None:
+        with self._lock:
+            row = self._db.execute(
+                "SELECT verdict, rationale FROM verdicts WHERE judge = ? AND prompt = ?", (judge, self.key(prompt))
+            ).fetchone()
+        return None if row is None else Verdict(None if row[0] is None else bool(row[0]), row[1])
+
+    def put(self, judge: str, prompt: str, verdict: Verdict) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO verdicts VALUES (?, ?, ?, ?)",
+                (judge, self.key(prompt), verdict.hallucination_free, verdict.rationale),
+            )
+            self._db.commit()
+
+
+class Judge:
+    """Base: cached, concurrent judging of items; subclasses implement `_judge_one`."""
+
+    id: str
+    kind = "judge"  # "proxy" for the overlap judge
+    concurrency = 1
+
+    def __init__(self, cache: VerdictCache):
+        self.cache = cache
+
+    def judge(self, items: list[JudgeItem]) -> list[Verdict]:
+        def one(item: JudgeItem) -> Verdict:
+            prompt = item.prompt()
+            cached = self.cache.get(self.id, prompt)
+            if cached is not None:
+                return cached
+            verdict = self._judge_one(item, prompt)
+            self.cache.put(self.id, prompt, verdict)
+            return verdict
+
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(one, items))
+
+    def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
+        raise NotImplementedError
+
+
+class ChatJudge(Judge):
+    """Any chat completions server: retries with backoff on 429, 5xx and timeouts; a concurrency limit."""
+
+    def __init__(
+        self,
+        cache,
+        base_url: str,
+        model: str,
+        judge_id: str,
+        require_key: bool,
+        timeout: float = 60.0,
+        retries: int = 5,
+        concurrency: int = 4,
+        backoff: float = 1.0,
+    ):
+        super().__init__(cache)
+        if require_key and not os.environ.get("OPENAI_API_KEY"):
+            raise InputError(f"judge {judge_id} needs OPENAI_API_KEY in the environment")
+        self.id, self.model, self.url = judge_id, model, base_url.rstrip("/") + "/chat/completions"
+        self.timeout, self.retries, self.concurrency, self.backoff = timeout, retries, concurrency, backoff
+
+    def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
+        return parse_verdict(self._complete(prompt))
+
+    def _complete(self, prompt: str) -> str:
+        key = os.environ.get("OPENAI_API_KEY")
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        body = {
+            "model": self.model,
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0,
+            "max_tokens": 200,
+        }
+        problem, retry_after = "", None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self._wait(attempt, retry_after))
+            try:
+                response = httpx.post(self.url, json=body, headers=headers, timeout=self.timeout)
+            except httpx.TimeoutException:
+                problem = "timeout"
+                continue
+            except httpx.TransportError as exc:
+                problem = f"connection error ({type(exc).__name__})"
+                continue
+            if response.status_code == 429 or response.status_code >= 500:
+                problem = f"HTTP {response.status_code}"
+                retry_after = response.headers.get("retry-after")
+                continue
+            if response.status_code >= 400:
+                raise JudgeError(f"judge {self.id}: HTTP {response.status_code}: {response.text[:200]}")
+            try:
+                return response.json()["choices"][0]["message"]["content"] or ""
+            except (ValueError, KeyError, IndexError, TypeError):
+                return response.text  # not the chat completions shape: parse what came back
+        raise JudgeError(
+            f"judge {self.id} failed after {self.retries + 1} attempts ({problem}); "
+            "finished samples are saved, rerun to resume"
+        )
+
+    def _wait(self, attempt: int, retry_after: str | None) -> float:
+        """The server's Retry-After when it gives seconds (capped at 60), else exponential backoff."""
+        if retry_after and retry_after.isdigit():
+            return min(float(retry_after), 60.0)
+        return self.backoff * 2 ** (attempt - 1)
+
+
+class HFJudge(Judge):
+    """A local causal LM: the verdict is whichever of " yes" / " no" is likelier after the judge prompt."""
+
+    def __init__(self, cache, path: str, device: str = "auto"):
+        from diffeval.config import ModelSpec
+        from diffeval.models.hf import HFBackend
+        from diffeval.models.loading import load_model
+
+        super().__init__(cache)
+        self.id = f"hf:{path}"
+        self.backend = HFBackend(load_model(ModelSpec("judge", path), device))
+        self.max_tokens = self.backend.info.max_positions or 4096
+
+    def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
+        ids = self.backend.encode(prompt + "\nVerdict:").ids
+        if len(ids) > self.max_tokens - 4:  # keep the question and output, cut the document's middle
+            half = (self.max_tokens - 4) // 2
+            ids = ids[:half] + ids[-half:]
+        choices = [self.backend.encode(word, special_tokens=False).ids for word in (" yes", " no")]
+        (yes, _), (no, _) = next(self.backend.score_choices(ids, [[]], choices))
+        return Verdict(yes > no, f"log P(yes) - log P(no) = {yes - no:.3f}")
+
+
+_STOPWORDS = frozenset(
+    "a an the and or but of to in on at by for with from as is are was were be been being it its this that these those "
+    "he she they we you i his her their our your them him us not no yes has have had do does did will would can could "
+    "should may might must said says also than then there here which who whom whose what when where why how all any "
+    "some more most other into over after before about up down out so such very just".split()
+)
+
+
+def overlap_units(text: str) -> set[str]:
+    """Checkable units of a text: numbers, capitalised names, and pairs of adjacent content words."""
+    numbers = {n.replace(",", "") for n in re.findall(r"\d[\d,.]*\d|\d", text)}
+    names = {w.lower() for w in re.findall(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}", text)}
+    words = [w for w in re.findall(r"[a-z]+", text.lower()) if w not in _STOPWORDS]
+    pairs = {f"{a} {b}" for a, b in zip(words, words[1:])}
+    return {f"#{n}" for n in numbers} | {f"@{n}" for n in names} | {f"~{p}" for p in pairs}
+
+
+class OverlapJudge(Judge):
+    """Offline proxy: an output passes when at most `threshold` of its checkable units are absent from the source."""
+
+    kind = "proxy"
+
+    def __init__(self, cache, threshold: float = 0.25):
+        super().__init__(cache)
+        self.id, self.threshold = f"overlap@{threshold}", threshold
+
+    def unsupported_share(self, output: str, source: str) -> float:
+        units = overlap_units(output)
+        if not units:
+            return 0.0
+        source_numbers = {n.replace(",", "") for n in re.findall(r"\d[\d,.]*\d|\d", source)}
+        source_words = set(re.findall(r"[a-z]+", source.lower()))
+        source_pairs = {u for u in overlap_units(source) if u.startswith("~")}
+        missing = [
+            u
+            for u in units
+            if (u[0] == "#" and u[1:] not in source_numbers)
+            or (u[0] == "@" and u[1:] not in source_words)
+            or (u[0] == "~" and u not in source_pairs)
+        ]
+        return len(missing) / len(units)
+
+    def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
+        share = self.unsupported_share(item.output, item.source)
+        return Verdict(share <= self.threshold, f"proxy: {share:.3f} of output units unsupported by the source")
+
+
+def make_judge(
+    spec: str,
+    cache_dir: str | None = None,
+    *,
+    timeout: float = 60.0,
+    retries: int = 5,
+    concurrency: int = 4,
+    device: str = "auto",
+) -> Judge:
+    cache = VerdictCache(cache_dir or os.environ.get("DIFFEVAL_CACHE_DIR") or Path.home() / ".cache" / "diffeval")
+    kind, _, rest = spec.partition(":")
+    if spec == "overlap":
+        return OverlapJudge(cache)
+    if kind == "openai" and rest:
+        return ChatJudge(cache, "https://api.openai.com/v1", rest, spec, True, timeout, retries, concurrency)
+    if kind == "openai-compatible" and "#" in rest:
+        base_url, _, model = rest.rpartition("#")
+        if base_url.startswith(("http://", "https://")) and model:
+            return ChatJudge(cache, base_url, model, spec, False, timeout, retries, concurrency)
+    if kind == "hf" and rest:
+        return HFJudge(cache, rest, device)
+    raise InputError(f"bad --judge {spec!r}: use openai:MODEL, openai-compatible:BASE_URL#MODEL, hf:PATH or overlap")
