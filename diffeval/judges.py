@@ -3,7 +3,7 @@
 - `openai:MODEL`: the OpenAI chat completions API, key from OPENAI_API_KEY.
 - `openai-compatible:BASE_URL#MODEL`: any server speaking that API (e.g. vLLM); OPENAI_API_KEY is sent when set.
 - `hf:PATH`: a local causal LM through diffeval's backend; it compares the likelihood of " yes" and " no".
-- `overlap`: an offline, deterministic proxy (share of output numbers, names and content word pairs that the source
+- `overlap`: an offline, deterministic proxy (share of output numbers, names and content words that the source
   lacks); always labelled a proxy, never a hallucination rate.
 
 Every verdict is cached on disk keyed by (judge, prompt hash). The API key is read from the environment at request
@@ -249,12 +249,11 @@ _STOPWORDS = frozenset(
 
 
 def overlap_units(text: str) -> set[str]:
-    """Checkable units of a text: numbers, capitalised names, and pairs of adjacent content words."""
+    """Checkable units of a text: numbers (#), capitalised names (@) and other content words (~)."""
     numbers = {n.replace(",", "") for n in re.findall(r"\d[\d,.]*\d|\d", text)}
     names = {w.lower() for w in re.findall(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{2,}", text)}
-    words = [w for w in re.findall(r"[a-z]+", text.lower()) if w not in _STOPWORDS]
-    pairs = {f"{a} {b}" for a, b in zip(words, words[1:])}
-    return {f"#{n}" for n in numbers} | {f"@{n}" for n in names} | {f"~{p}" for p in pairs}
+    words = {w for w in re.findall(r"[a-z]{3,}", text.lower()) if w not in _STOPWORDS} - names
+    return {f"#{n}" for n in numbers} | {f"@{n}" for n in names} | {f"~{w}" for w in words}
 
 
 class OverlapJudge(Judge):

@@ -89,7 +89,7 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
             folder.record_model(spec.name, backend.info.to_dict())
             tokens, start = 0, time.perf_counter()
             if hasattr(task, "batches"):
-                chunks = task.batches(todo, config.batch_size)
+                chunks = task.batches(todo, config)
             else:
                 chunks = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
             for chunk, extra in _with_prompts(task, chunks, backend, config):

@@ -73,10 +73,15 @@ class HFBackend:
             for query in queries:
                 yield [self._choice_logprob_naive(prefix + query, choice) for choice in choices]
             return
-        cache = self.model(input_ids=self._ids(prefix), use_cache=True).cache
+        # only the last position's logits are needed from the prefix: skip the LM head over the whole block
+        prefix_out = self.model(input_ids=self._ids(prefix), use_cache=True, logits_to_keep=1)
+        cache = prefix_out.cache
         for query in queries:
-            out = self.model(input_ids=self._ids(query), cache=cache, use_cache=True)
-            first = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+            if query:
+                last = self.model(input_ids=self._ids(query), cache=cache, use_cache=True, logits_to_keep=1).logits
+            else:
+                last = prefix_out.logits
+            first = torch.log_softmax(last[0, -1].float(), dim=-1)
             context = len(prefix) + len(query)
             scores = []
             for choice in choices:

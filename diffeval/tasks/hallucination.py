@@ -87,9 +87,9 @@ def fit_prompt(spec: data.DatasetSpec, doc: data.Document, backend: Backend, bud
         cut += len(ids) - budget
 
 
-def batches(todo: list[HallucinationSample], batch_size: int) -> list[list[HallucinationSample]]:
-    """Judge several outputs at once so an API judge can work concurrently."""
-    size = max(batch_size, 8)
+def batches(todo: list[HallucinationSample], config) -> list[list[HallucinationSample]]:
+    """As many outputs per batch as the judge may judge at once, so an API judge works concurrently."""
+    size = max(config.batch_size, config.options.judge_concurrency)
     return [todo[i : i + size] for i in range(0, len(todo), size)]
 
 

@@ -210,7 +210,7 @@ def check_inputs(config) -> None:
                 raise InputError(f"{shots} shots exceed the {len(data.train)} training examples of {name}")
 
 
-def batches(todo: list[ICLSample], batch_size: int) -> list[list[ICLSample]]:
+def batches(todo: list[ICLSample], config) -> list[list[ICLSample]]:
     """All queries of one run together: its demonstration block is encoded once."""
     return [list(group) for _, group in groupby(todo, key=lambda s: s.run.key)]
 

@@ -1,0 +1,334 @@
+"""Hallucination judges against a real HTTP server on 127.0.0.1 speaking chat completions, and the task end to end."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from conftest import SHARED_DATASETS, run_cli
+from diffeval.config import ModelSpec
+from diffeval.data import hallucination as data
+from diffeval.errors import InputError
+from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, VerdictCache, make_judge, parse_verdict
+from diffeval.models.hf import HFBackend
+from diffeval.models.loading import load_model
+from diffeval.tasks import hallucination
+
+SECRET = "sk-test-never-on-disk-4242"
+ITEM = JudgeItem(
+    "summary",
+    "The council approved 12 new homes in Cardiff.",
+    "",
+    "Twelve homes were approved.",
+    "The council approved 12 homes in Cardiff.",
+)
+
+
+class ScriptedServer:
+    """Chat completions on 127.0.0.1 answering from a script: reply, HTTP status, slow reply or raw text."""
+
+    def __init__(self):
+        self.script: list[tuple] = []
+        self.requests: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.requests.append({"path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+                action = server.script.pop(0) if server.script else ("reply", "Verdict: yes\nRationale: supported.")
+                if action[0] == "status":
+                    self.send_response(action[1])
+                    self.send_header("Retry-After", "0")
+                    self.end_headers()
+                    return
+                if action[0] == "sleep":
+                    time.sleep(action[1])
+                    action = ("reply", action[2])
+                payload = (
+                    action[1]
+                    if action[0] == "raw"
+                    else json.dumps({"choices": [{"message": {"role": "assistant", "content": action[1]}}]})
+                )
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(payload.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def server():
+    scripted = ScriptedServer()
+    yield scripted
+    scripted.close()
+
+
+def _judge(server, tmp_path, **kwargs):
+    return ChatJudge(
+        VerdictCache(tmp_path / "cache"),
+        server.url,
+        "judge-model",
+        f"openai-compatible:{server.url}#m",
+        False,
+        **{"timeout": 5.0, "retries": 3, "backoff": 0.01, **kwargs},
+    )
+
+
+def test_normal_verdicts(server, tmp_path):
+    server.script = [
+        ("reply", "Verdict: yes\nRationale: every claim is in the document."),
+        ("reply", "Verdict: no\nRationale: the number is wrong."),
+    ]
+    judge = _judge(server, tmp_path, concurrency=1)
+    other = JudgeItem("summary", ITEM.source, "", ITEM.reference, "The council approved 40 homes.")
+    first, second = judge.judge([ITEM, other])
+    assert first.hallucination_free is True and "every claim" in first.rationale
+    assert second.hallucination_free is False
+    request = server.requests[0]
+    assert request["path"] == "/v1/chat/completions" and request["body"]["model"] == "judge-model"
+    assert "Cardiff" in request["body"]["messages"][0]["content"]
+
+
+def test_malformed_reply_is_unparsed_not_guessed(server, tmp_path):
+    server.script = [("reply", "I think it might be fine, hard to say."), ("raw", "<html>oops</html>")]
+    judge = _judge(server, tmp_path, concurrency=1)
+    verdicts = judge.judge([ITEM, JudgeItem("answer", "doc", "q?", "ref", "out")])
+    assert [v.hallucination_free for v in verdicts] == [None, None]
+
+
+def test_429_then_success(server, tmp_path):
+    server.script = [("status", 429), ("status", 503), ("reply", "Verdict: yes")]
+    assert _judge(server, tmp_path).judge([ITEM])[0].hallucination_free is True
+    assert len(server.requests) == 3
+
+
+def test_timeout_is_retried(server, tmp_path):
+    server.script = [("sleep", 1.5, "Verdict: no"), ("reply", "Verdict: yes")]
+    verdict = _judge(server, tmp_path, timeout=0.5).judge([ITEM])[0]
+    assert verdict.hallucination_free is True and len(server.requests) == 2
+
+
+def test_gives_up_with_a_clear_error(server, tmp_path):
+    server.script = [("status", 503)] * 10
+    with pytest.raises(JudgeError, match="failed after 3 attempts \\(HTTP 503\\)"):
+        _judge(server, tmp_path, retries=2).judge([ITEM])
+
+
+def test_cache_answers_repeats_without_requests(server, tmp_path):
+    judge = _judge(server, tmp_path)
+    judge.judge([ITEM])
+    again = _judge(server, tmp_path)  # a new process would open the same file
+    assert again.judge([ITEM])[0].hallucination_free is True
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("reply", "expected"),
+    [
+        ("Verdict: yes", True),
+        ("verdict - NO. Rationale: x", False),
+        ("**Verdict:** Yes", True),
+        ("No, it adds a name.", False),
+        ('{"verdict": "yes"}', True),
+        ('{"hallucination_free": false}', False),
+        ("maybe", None),
+        ("", None),
+    ],
+)
+def test_parse_verdict(reply, expected):
+    assert parse_verdict(reply).hallucination_free is expected
+
+
+def test_overlap_proxy_counts_unsupported_units(tmp_path):
+    judge = OverlapJudge(VerdictCache(tmp_path))
+    source = "The council in Cardiff approved 12 new homes on Monday after a long debate."
+    assert judge.unsupported_share("The council approved 12 new homes.", source) == 0.0
+    assert judge.unsupported_share("Swansea council rejected 40 flats.", source) > 0.5
+    assert judge.judge([ITEM])[0].hallucination_free is True and judge.kind == "proxy"
+
+
+def test_bad_judge_specs(monkeypatch, tmp_path):
+    for spec in ("gpt4", "openai:", "openai-compatible:localhost#m", "hf:"):
+        with pytest.raises(InputError, match="bad --judge"):
+            make_judge(spec, str(tmp_path))
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(InputError, match="needs OPENAI_API_KEY"):
+        make_judge("openai:gpt-4o", str(tmp_path))
+
+
+def test_hf_judge_scores_yes_against_no(tiny_models, tmp_path):
+    judge = make_judge(f"hf:{tiny_models['base_a']}", str(tmp_path), device="cpu")
+    verdict = judge.judge([ITEM])[0]
+    assert isinstance(verdict.hallucination_free, bool) and "log P(yes)" in verdict.rationale
+
+
+def test_middle_truncation_keeps_both_ends(tiny_models):
+    backend = HFBackend(load_model(ModelSpec("base", str(tiny_models["base"])), "cpu"))
+    words = " ".join(f"w{i}" for i in range(3000))
+    doc = data.Document("1", "START " + words + " FINISH", "", "ref")
+    ids, cut = hallucination.fit_prompt(data.SPECS["xsum"], doc, backend, 500)
+    text = backend.tokenizer.decode(ids)
+    assert len(ids) <= 500 and cut > 0
+    assert "START" in text and "FINISH" in text and "Summarize the document above" in text
+
+
+@pytest.fixture(scope="module")
+def local_data(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("halluc")
+    rows = [
+        {
+            "document": f"Prison Link Cymru had {1000 + i} referrals in 2015. Workers said housing helps.",
+            "summary": "A charity wants more housing.",
+            "id": str(i),
+        }
+        for i in range(3)
+    ]
+    (root / "xsum_lookbacklens_200.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    qa = [
+        {
+            "input": "Who founded the club?",
+            "context": "Passage 1:\nThe club was founded by Ann Lee in 1901.",
+            "answers": ["Ann Lee"],
+            "length": 12,
+            "dataset": "hotpotqa",
+            "language": "en",
+            "all_classes": None,
+            "_id": f"q{i}",
+        }
+        for i in range(2)
+    ]
+    (root / "longbench_hotpotqa.jsonl").write_text("".join(json.dumps(r) + "\n" for r in qa))
+    return root
+
+
+def test_cli_with_api_judge_never_writes_the_key(server, tiny_models, local_data, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    out, cache = tmp_path / "run", tmp_path / "cache"
+    server.script = [("reply", "Verdict: no\nRationale: invented."), ("reply", "garbage")]
+    args = [
+        "run",
+        "hallucination",
+        "-m",
+        f"diff={tiny_models['diff']}",
+        "-m",
+        f"base={tiny_models['base']}",
+        "--dataset",
+        "xsum,hotpotqa",
+        "--samples",
+        "2",
+        "--ctx",
+        "1k",
+        "--data-dir",
+        str(local_data),
+        "--judge",
+        f"openai-compatible:{server.url}#judge-model",
+        "--judge-cache",
+        str(cache),
+        "--judge-concurrency",
+        "1",
+        "--out",
+        str(out),
+    ]
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    assert all(r["auth"] == f"Bearer {SECRET}" for r in server.requests)
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and {r["dataset"] for r in records} == {"xsum", "hotpotqa"}
+    assert [r["verdict"] for r in records[:2]] == [False, None]
+    table = (out / "table.md").read_text()
+    assert "Table 4 layout: fraction judged hallucination-free" in table and "unparsed_verdicts" in table
+    for path in [*out.rglob("*"), *cache.rglob("*")]:
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+    assert SECRET not in result.stdout + result.stderr
+    requests = len(server.requests)
+    assert run_cli("report", str(out)).returncode == 0
+    rerun = run_cli(*args[:-2], "--out", str(tmp_path / "again"))  # same prompts: every verdict from the cache
+    assert rerun.returncode == 0 and len(server.requests) == requests
+
+
+def test_judge_failure_keeps_finished_samples(server, tiny_models, local_data, tmp_path):
+    server.script = [("reply", "Verdict: yes")] + [("status", 500)] * 50
+    out = tmp_path / "fail"
+    result = run_cli(
+        "run",
+        "hallucination",
+        "-m",
+        f"diff={tiny_models['diff']}",
+        "--dataset",
+        "xsum,hotpotqa",
+        "--samples",
+        "2",
+        "--ctx",
+        "1k",
+        "--data-dir",
+        str(local_data),
+        "--judge-retries",
+        "1",
+        "--judge",
+        f"openai-compatible:{server.url}#m",
+        "--judge-cache",
+        str(tmp_path / "c"),
+        "--judge-concurrency",
+        "1",
+        "--out",
+        str(out),
+    )
+    last = result.stderr.strip().splitlines()[-1]
+    assert result.returncode == 1 and last.startswith("error: judge") and "failed after 2 attempts" in last
+    assert "Traceback" not in result.stderr
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [r["verdict"] for r in records] == [True]  # the sample judged before the failure is kept
+
+
+def test_judge_is_required(tiny_models):
+    result = run_cli("run", "hallucination", "-m", f"diff={tiny_models['diff']}")
+    assert result.returncode == 2 and "--judge is required" in result.stderr
+
+
+@pytest.mark.integration
+def test_real_xsum_with_overlap_judge(tiny_models, tmp_path):
+    folder = SHARED_DATASETS / "hallucination"
+    if not (folder / "xsum_lookbacklens_200.jsonl").is_file():
+        pytest.skip(f"{folder} absent: the shared datasets are only on CI and dev machines")
+    out = tmp_path / "xsum"
+    result = run_cli(
+        "run",
+        "hallucination",
+        "-m",
+        f"diff={tiny_models['diff']}",
+        "-m",
+        f"base={tiny_models['base']}",
+        "--dataset",
+        "xsum",
+        "--samples",
+        "3",
+        "--ctx",
+        "2k",
+        "--data-dir",
+        str(folder),
+        "--judge",
+        "overlap",
+        "--judge-cache",
+        str(tmp_path / "c"),
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    table = (out / "table.md").read_text()
+    assert "PROXY" in table and "not a hallucination rate" in table
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert records[0]["id"] == "38264402" and all(r["judge_kind"] == "proxy" for r in records)
