@@ -111,9 +111,9 @@ def _run_task(task: str, flags: dict) -> None:
     flags["models"] = flags.pop("model") or None
     run_config = build_config(task, load_yaml(config_path) if config_path else {}, flags)
     folder = runner.run(run_config, err_console)
-    tables, written, _ = build_report(folder, ["md", "csv"])
-    _print_tables(tables)
-    console.print(f"results: {folder.path}  ({', '.join(p.name for p in written)})")
+    [report] = build_report([folder], ["md", "csv"])
+    _print_report(report)
+    console.print(f"results: {folder.path}  ({', '.join(p.name for p in report.written)})")
 
 
 def _register_run_command(task: str) -> None:
@@ -135,6 +135,102 @@ def _register_run_command(task: str) -> None:
 
 for _task in TASK_OPTIONS:
     _register_run_command(_task)
+
+ModelOption, DeviceOption = COMMON_OPTIONS["model"], COMMON_OPTIONS["device"]
+LimitOption, OverwriteOption = COMMON_OPTIONS["limit"], COMMON_OPTIONS["overwrite"]
+FailUnder = Annotated[
+    list[str] | None, Opt("--fail-under", help="TASK.METRIC@MODEL=VALUE, e.g. needle.accuracy@diff=0.8; repeatable")
+]
+
+
+@run_app.command("suite")
+def run_suite(
+    preset: Annotated[str, typer.Argument(help="suite YAML file or shipped suite name (ci-smoke, paper-table2, …)")],
+    model: ModelOption = None,
+    out: Annotated[
+        str | None, Opt(help="suite folder; each task runs into a subfolder [default: results/SUITE]")
+    ] = None,
+    device: DeviceOption = None,
+    limit: LimitOption = None,
+    overwrite: OverwriteOption = None,
+    fail_under: FailUnder = None,
+    paper: Annotated[bool, Opt("--paper", help="add the paper's numbers where the setting matches")] = False,
+) -> None:
+    """Several tasks from one preset into one folder, then their reports (and gates)."""
+    from diffeval import runner
+    from diffeval.report.gates import parse_threshold
+    from diffeval.report.tables import build_report
+    from diffeval.suite import suite_configs
+
+    gates = [parse_threshold(g) for g in fail_under or []]
+    flags = {"models": model or None, "device": device, "limit": limit, "overwrite": overwrite}
+    folder, configs = suite_configs(preset, out, flags)
+    runs = [runner.run(config, err_console) for config in configs]
+    reports = build_report(runs, ["md", "csv", "html"], out=folder / "report", paper=paper)
+    for report in reports:
+        _print_report(report)
+    console.print(f"results: {folder}  (report: {folder / 'report' / 'report.html'})")
+    _apply_gates(gates, runs)
+
+
+@app.command("report")
+def report(
+    run_dirs: Annotated[list[str], typer.Argument(help="run or suite folders (finished or partial)")],
+    format: Annotated[str, Opt("--format", help="md, csv, latex, html; comma-separated")] = "md",
+    out: Annotated[str | None, Opt(help="write here (one subfolder per run) instead of into each run folder")] = None,
+    paper: Annotated[bool, Opt("--paper", help="add the paper's numbers where the setting matches")] = False,
+    fail_under: FailUnder = None,
+) -> None:
+    """Paper-layout tables, plots and paired statistics from run folders' samples.jsonl."""
+    from pathlib import Path
+
+    from diffeval.report.gates import parse_threshold, run_folders
+    from diffeval.report.tables import build_report, parse_formats
+
+    gates = [parse_threshold(g) for g in fail_under or []]
+    folders = run_folders(run_dirs)
+    reports = build_report(folders, parse_formats(format), Path(out) if out else None, paper)
+    for item in reports:
+        _print_report(item)
+        if item.damaged:
+            err_console.print(f"warning: skipped {item.damaged} damaged line(s) in {item.folder.samples_path}")
+    console.print(f"wrote {', '.join(str(p) for r in reports for p in r.written)}", soft_wrap=True)
+    _apply_gates(gates, folders)
+
+
+@app.command("compare")
+def compare(
+    old: Annotated[str, typer.Argument(help="baseline run or suite folder")],
+    new: Annotated[str, typer.Argument(help="candidate run or suite folder")],
+    max_drop: Annotated[float, Opt(help="largest tolerated drop of any shared metric")] = 0.02,
+    alpha: Annotated[float, Opt(help="significance level of the paired test")] = 0.05,
+) -> None:
+    """Exit 1 when any metric both folders share drops by more than --max-drop, significantly (paired test)."""
+    from diffeval.report import gates
+
+    table = gates.compare(gates.run_folders([old]), gates.run_folders([new]), max_drop, alpha)
+    if table.empty:
+        raise InputError(f"{old} and {new} share no task, metric and model: compare runs of the same evaluation")
+    console.print(table.to_markdown(index=False, floatfmt=".4f"), markup=False, highlight=False, soft_wrap=True)
+    regressed = table[table["regressed"]]
+    for row in regressed.itertuples():
+        err_console.print(
+            f"regression: {row.task}.{row.metric}@{row.model} dropped {row.drop:.4f} "
+            f"({row.old:.4f} -> {row.new:.4f}, p = {row.p_value:.4g})",
+            soft_wrap=True,
+        )
+    if len(regressed):
+        sys.exit(1)
+
+
+def _apply_gates(gates, folders) -> None:
+    from diffeval.report.gates import check_thresholds
+
+    failures = check_thresholds(gates, folders) if gates else []
+    for failure in failures:
+        err_console.print(f"gate failed: {failure}", markup=False, soft_wrap=True)
+    if failures:
+        sys.exit(1)
 
 
 @models_app.command("inspect")
@@ -172,25 +268,11 @@ def models_inspect(
         console.print(lambdas)
 
 
-@app.command("report")
-def report(
-    run_dir: Annotated[str, typer.Argument(help="a run folder (finished or partial)")],
-    format: Annotated[str, Opt("--format", help="md, csv, latex; comma-separated")] = "md",
-) -> None:
-    """Tables from a run folder's samples.jsonl: summary.csv plus the paper layouts."""
-    from diffeval.report.tables import build_report, parse_formats
-    from diffeval.results import RunFolder
+def _print_report(report) -> None:
+    from diffeval.report.tables import title
 
-    tables, written, damaged = build_report(RunFolder(run_dir), parse_formats(format))
-    _print_tables(tables)
-    if damaged:
-        err_console.print(f"warning: skipped {damaged} damaged line(s) in samples.jsonl")
-    console.print(f"wrote {', '.join(str(p) for p in written)}")
-
-
-def _print_tables(tables) -> None:
-    for name, frame in tables.items():
-        console.print(f"[bold]{name}[/bold]")
+    for key, frame in report.tables.items():
+        console.print(f"[bold]{title(key)}[/bold]", soft_wrap=True)
         console.print(frame.to_markdown(floatfmt=".3f"), markup=False, highlight=False, soft_wrap=True)
 
 

@@ -335,6 +335,8 @@ LIST_OPTIONS = {
 
 def build_config(task: str, yaml_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
     """Merge preset values and command-line flags (flags win) into a validated RunConfig."""
+    if task not in TASK_OPTIONS:
+        raise InputError(f"unknown task {task!r}: use one of {', '.join(TASK_OPTIONS)}")
     values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
     if values.pop("task", task) != task:
         raise InputError(f"the config is for task {yaml_values.get('task')!r}, not {task!r}: run that task instead")
@@ -351,6 +353,8 @@ def build_config(task: str, yaml_values: dict[str, Any], flags: dict[str, Any]) 
         raw_models = [raw_models]
     models = [ModelSpec.parse(m) for m in raw_models]
     option_values = {k: values.pop(k) for k in list(values) if k in option_names}
+    if str(option_values.get("data_dir", "")).startswith("package:"):  # data shipped inside diffeval
+        option_values["data_dir"] = str(resources.files("diffeval") / option_values["data_dir"][len("package:") :])
     for key, parse in LIST_OPTIONS.items():
         if key in option_values:
             option_values[key] = parse(option_values[key])

@@ -4,8 +4,8 @@ Summarization: XSum and CNN/DailyMail. QA and multi-document summarization: Long
 and 2wikimqa, with LongBench's own prompt templates and output lengths (THUDM/LongBench `config/`, MIT).
 
 Sources: the hub by default (`EdinburghNLP/xsum`, `abisee/cnn_dailymail` 3.0.0, and LongBench's `data.zip`, since
-current `datasets` no longer runs its loading script), or `--data-dir DIR` with JSONL files in the layout of
-../shared/datasets/hallucination:
+current `datasets` no longer runs its loading script), or `--data-dir DIR` with JSONL files named `<name>.jsonl`, or
+as in ../shared/datasets/hallucination:
     xsum_lookbacklens_200.jsonl    document, summary, id
     cnndm_frank_200.jsonl          article, reference, id
     longbench_<name>.jsonl         LongBench schema: input, context, answers, _id
@@ -110,8 +110,9 @@ def load(name: str, data_dir: str | None, count: int) -> list[Document]:
 
 
 def _load_local(name: str, root: Path, count: int) -> list[Document]:
-    files = {"xsum": "xsum_lookbacklens_200.jsonl", "cnndm": "cnndm_frank_200.jsonl"}
-    path = root / files.get(name, f"longbench_{name}.jsonl")
+    shared_names = {"xsum": "xsum_lookbacklens_200.jsonl", "cnndm": "cnndm_frank_200.jsonl"}
+    candidates = [root / f"{name}.jsonl", root / shared_names.get(name, f"longbench_{name}.jsonl")]
+    path = next((c for c in candidates if c.is_file()), candidates[-1])
     try:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()][:count]
         return [_document(name, json.loads(line)) for line in lines]

@@ -1,4 +1,10 @@
-"""Confidence intervals for per-cell means: Wilson for yes/no outcomes, Student t otherwise."""
+"""Statistics for reports: per-cell 95 % intervals and paired DIFF − baseline comparisons.
+
+- yes/no outcomes: Wilson score interval; paired: exact McNemar test (binomial test on the discordant pairs).
+- other outcomes (fractional scores, attention shares): percentile bootstrap (fixed seed); paired: Wilcoxon
+  signed-rank test.
+- paired differences always get a bootstrap CI of the mean difference.
+"""
 
 from __future__ import annotations
 
@@ -6,19 +12,76 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0
 
-def mean_ci(values: pd.Series, confidence: float = 0.95) -> tuple[float, float]:
+
+def is_binary(values) -> bool:
+    return bool(np.isin(np.asarray(values, dtype=float), (0.0, 1.0)).all())
+
+
+def wilson_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, float]:
+    interval = stats.binomtest(successes, n).proportion_ci(confidence, method="wilson")
+    return float(interval.low), float(interval.high)
+
+
+def bootstrap_ci(values, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
     data = np.asarray(values, dtype=float)
-    n = len(data)
-    if n == 0:
-        return float("nan"), float("nan")
-    if np.isin(data, (0.0, 1.0)).all():
-        interval = stats.binomtest(int(data.sum()), n).proportion_ci(confidence, method="wilson")
-        return float(interval.low), float(interval.high)
-    if n < 2 or data.std() == 0:
+    if len(data) < 2 or np.all(data == data[0]):
         return float(data.mean()), float(data.mean())
-    low, high = stats.t.interval(confidence, n - 1, loc=data.mean(), scale=stats.sem(data))
-    return float(max(low, 0.0)), float(min(high, 1.0))
+    result = stats.bootstrap(
+        (data,),
+        np.mean,
+        confidence_level=confidence,
+        n_resamples=BOOTSTRAP_RESAMPLES,
+        method="percentile",
+        random_state=np.random.default_rng(seed),
+    )
+    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+
+
+def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:
+    """Wilson for yes/no outcomes, bootstrap otherwise."""
+    data = np.asarray(values, dtype=float)
+    if len(data) == 0:
+        return float("nan"), float("nan")
+    if is_binary(data):
+        return wilson_ci(int(data.sum()), len(data), confidence)
+    return bootstrap_ci(data, confidence)
+
+
+def mcnemar_exact(first, second) -> float:
+    """Exact McNemar p-value for paired yes/no outcomes (two-sided binomial test on discordant pairs)."""
+    a, b = np.asarray(first, dtype=bool), np.asarray(second, dtype=bool)
+    only_first, only_second = int((a & ~b).sum()), int((~a & b).sum())
+    if only_first + only_second == 0:
+        return 1.0
+    return float(stats.binomtest(only_first, only_first + only_second, 0.5).pvalue)
+
+
+def paired_test(first, second) -> tuple[float, str]:
+    """p-value that paired outcomes differ: McNemar for yes/no, Wilcoxon signed-rank otherwise."""
+    a, b = np.asarray(first, dtype=float), np.asarray(second, dtype=float)
+    if is_binary(a) and is_binary(b):
+        return mcnemar_exact(a, b), "mcnemar"
+    if np.allclose(a, b):
+        return 1.0, "wilcoxon"
+    return float(stats.wilcoxon(a, b).pvalue), "wilcoxon"
+
+
+def paired_difference(first, second, confidence: float = 0.95) -> dict:
+    """Mean of first − second over the same samples, its bootstrap CI and the paired test's p-value."""
+    diff = np.asarray(first, dtype=float) - np.asarray(second, dtype=float)
+    low, high = bootstrap_ci(diff, confidence)
+    p_value, test = paired_test(first, second)
+    return {
+        "n": len(diff),
+        "difference": float(diff.mean()),
+        "ci_low": low,
+        "ci_high": high,
+        "p_value": p_value,
+        "test": test,
+    }
 
 
 def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:

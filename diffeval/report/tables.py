@@ -1,17 +1,43 @@
-"""Records → summary.csv and paper-layout tables (markdown, CSV, LaTeX). Works on finished or partial runs."""
+"""Run folders → summary.csv, paper-layout tables (markdown, CSV, LaTeX, HTML), plots and paired statistics.
+
+Works on finished or partial runs, on any task, on several folders at once. Everything is computed from the records
+in samples.jsonl, so a report can be made again at any time.
+"""
 
 from __future__ import annotations
 
+import base64
+import html
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from diffeval.errors import InputError
-from diffeval.report.stats import summarize
+from diffeval.report.stats import paired_difference, summarize
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
 
-FORMATS = ("md", "csv", "latex")
+FORMATS = ("md", "csv", "latex", "html")
+
+TITLES = {
+    "table2": "Table 2 layout: accuracy by model and N/R",
+    "depth_grid": "Depth x length grid",
+    "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
+    "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
+    "segments": "Share of every segment per map (raw and / row sum)",
+    "per_layer": "Attention to answer per layer (raw, headline map)",
+    "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
+    "icl_orders": "ICL accuracy across orders of the same demonstrations",
+    "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
+    "over_budget": "Runs over the context budget (not scored)",
+    "table4": "Table 4 layout: fraction judged hallucination-free",
+    "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a hallucination "
+    "rate",
+    "judging": "Judging: samples, unparsed verdicts, truncated prompts, judge",
+    "paired": "Paired DIFF - baseline differences on the same samples (bootstrap 95 % CI; McNemar exact for yes/no "
+    "outcomes, Wilcoxon signed-rank otherwise)",
+}
 
 
 def parse_formats(text: str) -> list[str]:
@@ -22,69 +48,148 @@ def parse_formats(text: str) -> list[str]:
     return formats
 
 
-def build_report(folder: RunFolder, formats: list[str]) -> tuple[dict[str, pd.DataFrame], list[Path], int]:
-    """Write summary.csv and the task's tables; return the tables, the files written and the damaged-line count."""
+@dataclass
+class RunReport:
+    """One run folder's tables and plots."""
+
+    folder: RunFolder
+    task: str
+    tables: dict[str, pd.DataFrame]
+    note: str
+    damaged: int
+    plots: list[Path] = field(default_factory=list)
+    written: list[Path] = field(default_factory=list)
+
+
+def load_records(folder: RunFolder) -> tuple[dict, pd.DataFrame, int]:
     run = folder.read_run()
     if run is None:
         raise InputError(f"{folder.path} is not a diffeval run folder (no run.json): give the --out of a run")
-    task = TASKS[run["config"]["task"]]
     records, damaged = folder.read_records()
     if not records:
         raise InputError(f"{folder.path} has no finished samples yet: run the task first, then report")
-    frame = pd.DataFrame.from_records(records)
-    written = []
+    return run, pd.DataFrame.from_records(records), damaged
+
+
+def report_run(folder: RunFolder, formats: list[str], target: Path, paper: bool = False) -> RunReport:
+    """Write one run's summary.csv, tables and plots into `target` (the run folder itself by default)."""
+    run, frame, damaged = load_records(folder)
+    name = run["config"]["task"]
+    task = TASKS[name]
+    target.mkdir(parents=True, exist_ok=True)
     summary = summarize(frame, task.SUMMARY_KEYS, getattr(task, "SUMMARY_VALUE", "score"))
-    summary.to_csv(folder.path / "summary.csv", index=False)
-    written.append(folder.path / "summary.csv")
-    tables = task.tables(frame)
+    summary.to_csv(target / "summary.csv", index=False)
+    tables = task.tables(frame, paper=paper)
+    paired = paired_table(run, frame, task)
+    if not paired.empty:
+        tables["paired"] = paired
+    report = RunReport(folder, name, tables, task.TABLE_NOTE, damaged, written=[target / "summary.csv"])
     if "md" in formats:
-        written.append(_write(folder.path / "table.md", _markdown(tables, task.TABLE_NOTE)))
+        report.written.append(_write(target / "table.md", markdown(tables, task.TABLE_NOTE)))
     if "csv" in formats:
-        for name, table in tables.items():
-            path = folder.path / f"{_slug(name)}.csv"
+        for key, table in tables.items():
+            path = target / f"{_slug(key)}.csv"
             table.to_csv(path)
-            written.append(path)
+            report.written.append(path)
     if "latex" in formats:
-        written.append(_write(folder.path / "table.tex", _latex(tables, task.TABLE_NOTE)))
-    if hasattr(task, "plots"):
-        written.extend(task.plots(frame, folder.path))
-    return tables, written, damaged
+        report.written.append(_write(target / "table.tex", latex_document(tables, task.TABLE_NOTE)))
+    report.plots = task.plots(frame, target) if hasattr(task, "plots") else []
+    report.written.extend(report.plots)
+    return report
 
 
-def _markdown(tables: dict[str, pd.DataFrame], note: str) -> str:
+def build_report(
+    folders: list[RunFolder], formats: list[str], out: Path | None = None, paper: bool = False
+) -> list[RunReport]:
+    """Reports for several run folders; with `out`, each goes to out/<folder name> and HTML to out/report.html."""
+    names = [f.path.resolve().name for f in folders]
+    if out is not None and len(set(names)) != len(names):
+        raise InputError(f"run folders share a name ({names}): report them into separate --out folders")
+    reports = [report_run(f, formats, out / n if out else f.path, paper) for f, n in zip(folders, names)]
+    if "html" in formats:
+        page = (out or folders[0].path) / "report.html"
+        page.parent.mkdir(parents=True, exist_ok=True)
+        _write(page, html_page(reports))
+        reports[0].written.append(page)
+    return reports
+
+
+def paired_table(run: dict, frame: pd.DataFrame, task) -> pd.DataFrame:
+    """Every DIFF model against every baseline on the samples both scored, per the task's pairing cells and overall."""
+    value = getattr(task, "SUMMARY_VALUE", "score")
+    kinds = {name: info.get("is_diff", False) for name, info in run.get("models", {}).items()}
+    diffs = [m for m in frame["model"].unique() if kinds.get(m)]
+    bases = [m for m in frame["model"].unique() if m in kinds and not kinds[m]]
+    keys = task.PAIR_KEYS
+    rows = []
+    for diff in diffs:
+        for base in bases:
+            left = frame[frame["model"] == diff].dropna(subset=[value])
+            right = frame[frame["model"] == base].dropna(subset=[value])
+            joined = left.merge(right[["sample_id", value]], on="sample_id", suffixes=("", "_base"))
+            if joined.empty:
+                continue
+            groups = [(("all",) * len(keys), joined)] + list(joined.groupby(keys, sort=False))
+            for cell, group in groups:
+                cell = cell if isinstance(cell, tuple) else (cell,)
+                stats = paired_difference(group[value], group[f"{value}_base"])
+                rows.append({"diff": diff, "baseline": base, **dict(zip(keys, cell)), "metric": value, **stats})
+    return pd.DataFrame(rows).set_index(["diff", "baseline", *keys]).round(4) if rows else pd.DataFrame()
+
+
+def markdown(tables: dict[str, pd.DataFrame], note: str) -> str:
     parts = [f"_{note}_\n"]
-    for name, table in tables.items():
-        parts.append(f"### {_title(name)}\n\n{table.to_markdown(floatfmt='.3f')}\n")
+    for key, table in tables.items():
+        parts.append(f"### {title(key)}\n\n{table.to_markdown(floatfmt='.3f')}\n")
     return "\n".join(parts)
 
 
-def _latex(tables: dict[str, pd.DataFrame], note: str) -> str:
-    parts = [f"% {note}"]
-    for name, table in tables.items():
-        body = table.to_latex(float_format="%.3f", caption=_title(name), label=f"tab:{_slug(name)}")
-        parts.append(body)
+def latex_tables(tables: dict[str, pd.DataFrame]) -> str:
+    """booktabs tables (pandas writes \\toprule/\\midrule/\\bottomrule), special characters escaped."""
+    return "\n".join(
+        table.to_latex(float_format="%.3f", caption=title(key), label=f"tab:{_slug(key)}", escape=True, na_rep="--")
+        for key, table in tables.items()
+    )
+
+
+def latex_document(tables: dict[str, pd.DataFrame], note: str) -> str:
+    return (
+        "\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage[margin=1cm,landscape]{geometry}\n"
+        "\\begin{document}\n\\small\n"
+        f"\\noindent {_latex_escape(note)}\n\n{latex_tables(tables)}\n\\end{{document}}\n"
+    )
+
+
+def html_page(reports: list[RunReport]) -> str:
+    parts = [
+        "<!doctype html><html><head><meta charset='utf-8'><title>diffeval report</title><style>"
+        "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}img{max-width:100%}</style></head><body>"
+        "<h1>diffeval report</h1>"
+    ]
+    for report in reports:
+        parts.append(f"<h2>{html.escape(report.task)}: {html.escape(str(report.folder.path))}</h2>")
+        parts.append(f"<p><em>{html.escape(report.note)}</em></p>")
+        if report.damaged:
+            parts.append(f"<p>{report.damaged} damaged line(s) in samples.jsonl were skipped.</p>")
+        for key, table in report.tables.items():
+            parts.append(f"<h3>{html.escape(title(key))}</h3>{table.to_html(float_format='%.3f', na_rep='')}")
+        for plot in report.plots:
+            data = base64.b64encode(plot.read_bytes()).decode()
+            parts.append(f"<p><img alt='{html.escape(plot.name)}' src='data:image/png;base64,{data}'></p>")
+    parts.append("</body></html>")
     return "\n".join(parts)
 
 
-def _title(name: str) -> str:
-    kind, _, model = name.partition(":")
-    titles = {
-        "table2": "Table 2 layout: accuracy by model and N/R",
-        "depth_grid": "Depth x length grid",
-        "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
-        "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
-        "segments": "Share of every segment per map (raw and / row sum)",
-        "per_layer": "Attention to answer per layer (raw, headline map)",
-        "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
-        "icl_orders": "ICL accuracy across orders of the same demonstrations",
-        "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
-        "over_budget": "Runs over the context budget (not scored)",
-        "table4": "Table 4 layout: fraction judged hallucination-free",
-        "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "
-        "hallucination rate",
-        "judging": "Judging: samples, unparsed verdicts, truncated prompts, judge",
-    }
-    return f"{titles.get(kind, kind)}{f' ({model})' if model else ''}"
+def title(key: str) -> str:
+    kind, _, model = key.partition(":")
+    return f"{TITLES.get(kind, kind)}{f' ({model})' if model else ''}"
+
+
+def _latex_escape(text: str) -> str:
+    for char, escaped in (("\\", "\\textbackslash{}"), ("%", "\\%"), ("_", "\\_"), ("&", "\\&"), ("#", "\\#")):
+        text = text.replace(char, escaped)
+    return text
 
 
 def _slug(name: str) -> str:

@@ -20,21 +20,24 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-
-from diffeval.models.backend import Backend  # noqa: E402
-from diffeval.models.diff import split_differential  # noqa: E402
-from diffeval.paper import TABLE3  # noqa: E402
-from diffeval.tasks import needle  # noqa: E402
+from diffeval.models.backend import Backend
+from diffeval.models.diff import split_differential
+from diffeval.paper import TABLE3
+from diffeval.report.plotting import plt
+from diffeval.tasks import needle
 
 SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
 HEADLINE_MAP = {True: "diff", False: "softmax"}
 SUMMARY_KEYS = ["model", "ctx", "depth", "needles", "queries"]
 SUMMARY_VALUE = "answer_share"
+PAIR_KEYS = ["ctx", "depth"]
+METRICS = {
+    "answer_share": "answer_share",
+    "noise_share": "noise_share",
+    "answer_share_normalized": "answer_share_normalized",
+}
 TABLE_NOTE = (
     "attention share = attention weight of the query row(s) on a segment; raw shares are as computed "
     "(DIFF differential-map rows sum to 1 - lambda), 'normalised' ones are divided by the row sum; headline map: "
@@ -120,7 +123,8 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]:
+    """Table 3 always carries the paper's rows: the issue's headline comparison (see the module docstring)."""
     frame = records.assign(length=records["ctx"].map(needle.format_ctx))
     multi_length = frame["length"].nunique() > 1
     out = {}

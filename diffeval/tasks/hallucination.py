@@ -15,14 +15,19 @@ from __future__ import annotations
 import hashlib
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pandas as pd
 
 from diffeval.data import hallucination as data
 from diffeval.judges import JudgeItem, make_judge
 from diffeval.models.backend import Backend
+from diffeval.paper import TABLE4
+from diffeval.report.plotting import plt
 
 SUMMARY_KEYS = ["model", "dataset"]
+PAIR_KEYS = ["dataset"]
+METRICS = {"accuracy": "score"}
 TABLE_NOTE = (
     "accuracy = fraction of outputs judged hallucination-free (Table 4); unparsed verdicts are excluded and counted; "
     "with the overlap judge the numbers are a lexical proxy, not a hallucination rate"
@@ -140,12 +145,33 @@ def evaluate(batch: list[HallucinationSample], backend: Backend, config) -> list
     return records
 
 
-def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    judged = records.dropna(subset=["score"])
+    bars = judged.pivot_table(index="dataset", columns="model", values="score", aggfunc="mean", sort=False)
+    proxy = (records["judge_kind"] == "proxy").any()
+    ax = bars.plot.bar(rot=0, figsize=(7, 3.6))
+    ax.set(
+        ylim=(0, 1),
+        ylabel="proxy score" if proxy else "hallucination-free fraction",
+        title="overlap PROXY (not a hallucination rate)" if proxy else "judged hallucination-free",
+    )
+    path = folder / "hallucination.png"
+    ax.figure.tight_layout()
+    ax.figure.savefig(path, dpi=120)
+    plt.close(ax.figure)
+    return [path]
+
+
+def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
     judged = records.dropna(subset=["score"])
     table = judged.pivot_table(index="model", columns="dataset", values="score", aggfunc="mean", sort=False)
     order = [d for d in data.DATASETS if d in table.columns]
+    table = table[order]
     proxy = (records["judge_kind"] == "proxy").any()
-    out = {"table4_proxy" if proxy else "table4": table[order].round(3)}
+    if paper and not proxy:  # a proxy is not the paper's measurement: no paper rows beside it
+        paper_rows = pd.DataFrame.from_dict(TABLE4, orient="index")[order]
+        table = pd.concat([table, paper_rows])
+    out = {"table4_proxy" if proxy else "table4": table.round(3)}
     counts = (
         records.assign(unparsed=records["score"].isna())
         .groupby(["model", "dataset"], sort=False)

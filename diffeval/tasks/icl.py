@@ -24,18 +24,18 @@ from functools import lru_cache
 from itertools import groupby
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
+from transformers import AutoTokenizer
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from transformers import AutoTokenizer  # noqa: E402
-
-from diffeval.data import icl as icl_data  # noqa: E402
-from diffeval.errors import InputError  # noqa: E402
-from diffeval.models.backend import Backend  # noqa: E402
+from diffeval.data import icl as icl_data
+from diffeval.errors import InputError
+from diffeval.models.backend import Backend
+from diffeval.paper import FIGURE7_TREC
+from diffeval.report.plotting import plt
 
 SUMMARY_KEYS = ["model", "dataset", "shots", "order", "order_seed", "draw"]
+PAIR_KEYS = ["dataset", "shots"]
+METRICS = {"accuracy": "score"}
 TABLE_NOTE = (
     "accuracy = fraction of test queries whose highest-likelihood label is the gold label; margin = best - worst "
     "accuracy (points) over the orders of the same demonstrations; over-budget runs are excluded and counted"
@@ -299,7 +299,7 @@ def order_statistics(records: pd.DataFrame) -> pd.DataFrame:
     return stats.round(4).reset_index()
 
 
-def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
     scored = _scored(records)
     out = {}
     accuracy = scored.pivot_table(
@@ -311,7 +311,13 @@ def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
     stats["setting"] = stats["dataset"] + " " + stats["shots"].astype(str) + "-shot " + stats["order"]
     out["icl_orders"] = stats.set_index(["model", "setting"])[["runs", "mean", "std", "min", "max", "margin"]]
     margins = stats.pivot_table(index="setting", columns="model", values="margin", sort=False)
-    out["figure7_margins"] = margins[list(stats["model"].unique())].round(1)
+    margins = margins[list(stats["model"].unique())]
+    if paper:  # the paper's TREC margins beside ours, for TREC settings with the same order type
+        for setting in margins.index:
+            dataset, _, order = setting.split(" ")
+            for model, value in FIGURE7_TREC.get(order, {}).items() if dataset == "trec" else ():
+                margins.loc[setting, model] = value
+    out["figure7_margins"] = margins.round(1)
     over = records[records["status"] == "over_budget"]
     if len(over):
         out["over_budget"] = over.groupby(["model", "dataset", "shots"]).size().to_frame("queries")

@@ -19,12 +19,16 @@ import random
 import re
 import weakref
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Encoding
+from diffeval.paper import TABLE2
+from diffeval.report.plotting import plt
 
 # Evaluation cities. diffeval's toy-model training corpus draws from a disjoint list.
 CITIES = (
@@ -432,7 +436,7 @@ def record(
     }
 
 
-def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
     """Table 2 layout (rows = models, columns = N/R, per length) and a depth × length grid per model."""
     frame = records.assign(nr=records["needles"].astype(str) + "/" + records["queries"].astype(str))
     frame["length"] = frame["ctx"].map(format_ctx)
@@ -442,6 +446,12 @@ def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
     lengths = sorted(frame["length"].unique(), key=parse_format_ctx)
     table2 = table2.reindex(columns=pd.MultiIndex.from_product([lengths, nr_order])).dropna(axis=1, how="all")
     table2.columns = [f"{length} N/R={nr}" for length, nr in table2.columns]
+    if paper and "4K" in lengths:  # the paper's Table 2 is at 4K
+        rows = {
+            m: {f"4K N/R={nr}": v for nr, v in cells.items() if f"4K N/R={nr}" in table2.columns}
+            for m, cells in TABLE2.items()
+        }
+        table2 = pd.concat([table2, pd.DataFrame.from_dict(rows, orient="index")])
     out["table2"] = table2.round(3)
     for model, group in frame.groupby("model", sort=False):
         grid = group.pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
@@ -450,6 +460,32 @@ def tables(records: pd.DataFrame) -> dict[str, pd.DataFrame]:
         grid.index.name = "depth"
         out[f"depth_grid:{model}"] = grid.round(3)
     return out
+
+
+def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    """Figure 5 style: a depth × length accuracy heatmap per model, side by side on one colour scale."""
+    frame = records.assign(length=records["ctx"].map(format_ctx))
+    models = list(frame["model"].unique())
+    lengths = sorted(frame["length"].unique(), key=parse_format_ctx)
+    fig, axes = plt.subplots(1, len(models), figsize=(1.2 + 1.1 * len(lengths) * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        grid = (
+            frame[frame["model"] == model]
+            .pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
+            .reindex(columns=lengths)
+        )
+        image = ax.imshow(grid.to_numpy(), vmin=0, vmax=1, cmap="RdYlGn", aspect="auto")
+        ax.set_xticks(range(len(lengths)), lengths)
+        ax.set_yticks(range(len(grid.index)), [f"{d}%" for d in grid.index])
+        for (i, j), value in np.ndenumerate(grid.to_numpy()):
+            if not np.isnan(value):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
+        ax.set(title=model, xlabel="context length", ylabel="answer needle depth")
+    fig.colorbar(image, ax=axes[0].tolist(), label="accuracy")
+    path = folder / "needle_heatmap.png"
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return [path]
 
 
 def format_ctx(ctx: int) -> str:
@@ -461,6 +497,8 @@ def parse_format_ctx(text: str) -> int:
 
 
 SUMMARY_KEYS = ["model", "ctx", "depth", "needles", "queries"]
+PAIR_KEYS = ["ctx", "needles", "queries"]
+METRICS = {"accuracy": "score"}
 TABLE_NOTE = (
     "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
     "as in LWM and the DIFF paper; averaged over depths in Table 2"

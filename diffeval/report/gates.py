@@ -1,0 +1,108 @@
+"""CI gates: `--fail-under TASK.METRIC@MODEL=VALUE` thresholds and `compare OLD NEW` regression checks.
+
+A metric is the mean of a task's per-sample value over all of a model's scored samples in a run folder
+(needle.accuracy, attention.answer_share, attention.noise_share, attention.answer_share_normalized, icl.accuracy,
+hallucination.accuracy). Exit code 1 means a gate failed; 2 stays reserved for bad input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from diffeval.errors import InputError
+from diffeval.report.stats import paired_test
+from diffeval.report.tables import load_records
+from diffeval.results import RUN_FILE, RunFolder
+from diffeval.tasks import TASKS
+
+_GATE = re.compile(r"(?P<task>\w+)\.(?P<metric>\w+)@(?P<model>[\w.\-]+)=(?P<value>[-+]?\d*\.?\d+)")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    task: str
+    metric: str
+    model: str
+    value: float
+
+    def __str__(self) -> str:
+        return f"{self.task}.{self.metric}@{self.model}={self.value:g}"
+
+
+def parse_threshold(text: str) -> Threshold:
+    match = _GATE.fullmatch(text.strip())
+    if not match:
+        raise InputError(f"bad --fail-under {text!r}: use TASK.METRIC@MODEL=VALUE, e.g. needle.accuracy@diff=0.8")
+    gate = Threshold(match["task"], match["metric"], match["model"], float(match["value"]))
+    if gate.task not in TASKS or gate.metric not in TASKS[gate.task].METRICS:
+        known = ", ".join(f"{t}.{m}" for t, module in TASKS.items() for m in module.METRICS)
+        raise InputError(f"unknown metric {gate.task}.{gate.metric} in --fail-under: use one of {known}")
+    return gate
+
+
+def run_folders(paths: list[str | Path]) -> list[RunFolder]:
+    """Run folders, expanding a suite folder into the run folders inside it."""
+    folders = []
+    for path in map(Path, paths):
+        if (path / RUN_FILE).is_file():
+            folders.append(RunFolder(path))
+        elif path.is_dir() and any((child / RUN_FILE).is_file() for child in path.iterdir()):
+            folders.extend(RunFolder(c) for c in sorted(path.iterdir()) if (c / RUN_FILE).is_file())
+        else:
+            raise InputError(f"{path} is neither a run folder nor a suite folder (no run.json): give a run's --out")
+    return folders
+
+
+def metric_values(folders: list[RunFolder]) -> dict[tuple[str, str, str], pd.Series]:
+    """(task, metric, model) → per-sample values indexed by sample_id."""
+    values = {}
+    for folder in folders:
+        run, frame, _ = load_records(folder)
+        task = run["config"]["task"]
+        for metric, column in TASKS[task].METRICS.items():
+            scored = frame.dropna(subset=[column])
+            for model, group in scored.groupby("model", sort=False):
+                values[(task, metric, model)] = group.set_index("sample_id")[column].astype(float)
+    return values
+
+
+def check_thresholds(gates: list[Threshold], folders: list[RunFolder]) -> list[str]:
+    """Failure messages of the gates that are missed (a metric that is absent is a failure too)."""
+    values = metric_values(folders)
+    failures = []
+    for gate in gates:
+        series = values.get((gate.task, gate.metric, gate.model))
+        if series is None:
+            failures.append(f"{gate}: no {gate.task} results for model {gate.model}")
+        elif series.mean() < gate.value:
+            failures.append(f"{gate}: measured {series.mean():.4f} < {gate.value:g}")
+    return failures
+
+
+def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: float) -> pd.DataFrame:
+    """Every metric both sides share: old and new means, the drop, and a paired test on the shared samples."""
+    before, after = metric_values(old), metric_values(new)
+    rows = []
+    for key in sorted(set(before) & set(after)):
+        shared = before[key].index.intersection(after[key].index)
+        p_value, test = paired_test(before[key][shared], after[key][shared]) if len(shared) else (1.0, "none")
+        drop = before[key].mean() - after[key].mean()
+        rows.append(
+            {
+                "task": key[0],
+                "metric": key[1],
+                "model": key[2],
+                "old": before[key].mean(),
+                "new": after[key].mean(),
+                "drop": drop,
+                "paired_n": len(shared),
+                "p_value": p_value,
+                "test": test,
+                "regressed": bool(drop > max_drop and p_value < alpha),
+            }
+        )
+    return pd.DataFrame(rows)
