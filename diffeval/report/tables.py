@@ -147,7 +147,14 @@ def markdown(tables: dict[str, pd.DataFrame], note: str) -> str:
 def latex_tables(tables: dict[str, pd.DataFrame]) -> str:
     """booktabs tables (pandas writes \\toprule/\\midrule/\\bottomrule), special characters escaped."""
     return "\n".join(
-        table.to_latex(float_format="%.3f", caption=title(key), label=f"tab:{_slug(key)}", escape=True, na_rep="--")
+        table.to_latex(
+            float_format="%.3f",
+            caption=_latex_escape(title(key)),
+            label=f"tab:{_slug(key)}",
+            escape=True,
+            na_rep="--",
+            multirow=False,
+        )
         for key, table in tables.items()
     )
 

@@ -1,0 +1,273 @@
+"""Reports, statistics, gates and compare on small hand-made run folders; suites end to end."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from diffeval.report import stats
+from diffeval.report.tables import build_report
+from diffeval.results import RunFolder
+
+MODELS = {"diff": {"is_diff": True}, "base": {"is_diff": False}}
+
+
+def _folder(root: Path, name: str, task: str, records: list[dict], models=MODELS) -> Path:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"config": {"task": task}, "models": models}))
+    (folder / "samples.jsonl").write_text("".join(json.dumps({"task": task, **r}) + "\n" for r in records))
+    return folder
+
+
+def needle_records(diff_correct=(1, 1, 1, 0), base_correct=(1, 0, 0, 0)):
+    records = []
+    for model, outcomes in (("diff", diff_correct), ("base", base_correct)):
+        for i, ok in enumerate(outcomes):
+            ctx, depth, (n, r) = (4096 if i % 2 == 0 else 8192), (0 if i < 2 else 100), ((1, 1) if i < 2 else (2, 2))
+            records.append(
+                {
+                    "model": model,
+                    "sample_id": f"s{i}",
+                    "ctx": ctx,
+                    "depth": depth,
+                    "needles": n,
+                    "queries": r,
+                    "score": float(ok),
+                    "correct": bool(ok),
+                    "prompt_tokens": ctx - 40,
+                }
+            )
+    return records
+
+
+def attention_records():
+    records = []
+    for model, answer in (("diff", 0.3), ("base", 0.05)):
+        names = ("A1", "A2", "diff") if model == "diff" else ("softmax",)
+        for i, depth in enumerate((0, 50, 100)):
+            shares = {
+                m: {
+                    "answer": [answer, answer],
+                    "needles": [0.01, 0.01],
+                    "noise": [0.2, 0.2],
+                    "scaffold": [0.1, 0.1],
+                    "sink": [0.3, 0.3],
+                    "row_sum": [0.91, 0.91],
+                }
+                for m in names
+            }
+            records.append(
+                {
+                    "model": model,
+                    "sample_id": f"a{i}",
+                    "is_diff": model == "diff",
+                    "ctx": 4096,
+                    "depth": depth,
+                    "needles": 1,
+                    "queries": 1,
+                    "answer_share": answer + 0.01 * i,
+                    "noise_share": 0.2,
+                    "answer_share_normalized": answer / 0.91,
+                    "noise_share_normalized": 0.2 / 0.91,
+                    "shares": shares,
+                }
+            )
+    return records
+
+
+def icl_records():
+    records = []
+    for model in ("diff", "base"):
+        for seed in range(3):
+            for q in range(4):
+                ok = q <= seed if model == "base" else q != 3  # base: 1/4, 2/4, 3/4 over the three orders
+                records.append(
+                    {
+                        "model": model,
+                        "sample_id": f"{seed}-{q}",
+                        "dataset": "trec",
+                        "shots": 10,
+                        "order": "random",
+                        "order_seed": seed,
+                        "draw": 0,
+                        "test_id": q,
+                        "status": "ok",
+                        "score": float(ok),
+                        "correct": ok,
+                    }
+                )
+    return records
+
+
+def hallucination_records(kind="judge"):
+    return [
+        {
+            "model": m,
+            "sample_id": f"{d}{i}",
+            "dataset": d,
+            "score": float(i % 2 == 0 or m == "diff"),
+            "verdict": True,
+            "truncated_tokens": 0,
+            "judge": "openai:gpt-4o",
+            "judge_kind": kind,
+        }
+        for m in ("diff", "base")
+        for d in ("xsum", "hotpotqa")
+        for i in range(4)
+    ]
+
+
+@pytest.fixture
+def runs(tmp_path) -> dict[str, Path]:
+    return {
+        "needle": _folder(tmp_path, "needle", "needle", needle_records()),
+        "attention": _folder(tmp_path, "attention", "attention", attention_records()),
+        "icl": _folder(tmp_path, "icl", "icl", icl_records()),
+        "hallucination": _folder(tmp_path, "hallucination", "hallucination", hallucination_records()),
+    }
+
+
+def test_every_layout(runs, tmp_path):
+    reports = build_report(
+        [RunFolder(p) for p in runs.values()], ["md", "csv", "latex", "html"], tmp_path / "out", paper=True
+    )
+    tables = {r.task: r.tables for r in reports}
+    table2 = tables["needle"]["table2"]
+    assert list(table2.columns) == ["4K N/R=1/1", "4K N/R=2/2", "8K N/R=1/1", "8K N/R=2/2"]
+    assert table2.loc["diff", "4K N/R=1/1"] == 1.0 and table2.loc["paper: DIFF-3B", "4K N/R=2/2"] == 0.92
+    assert list(tables["needle"]["depth_grid:diff"].columns) == ["4K", "8K"]
+    table3 = tables["attention"]["table3_raw"]
+    assert list(table3.columns) == ["answer 0%", "answer 50%", "answer 100%", "noise 0%", "noise 50%", "noise 100%"]
+    assert table3.loc["paper: DIFF-3B", "answer 0%"] == 0.27 and table3.loc["diff", "answer 50%"] == 0.31
+    margins = tables["icl"]["figure7_margins"]
+    assert margins.loc["trec 10-shot random", "base"] == 50.0 and margins.loc["trec 10-shot random", "diff"] == 0.0
+    assert margins.loc["trec 10-shot random", "paper: DIFF-3B"] == 4.0
+    table4 = tables["hallucination"]["table4"]
+    assert list(table4.columns) == ["xsum", "hotpotqa"] and table4.loc["paper: Transformer-3B", "xsum"] == 0.44
+    assert table4.loc["diff", "xsum"] == 1.0 and table4.loc["base", "xsum"] == 0.5
+    paired = tables["needle"]["paired"].reset_index()
+    overall = paired[paired["ctx"] == "all"].iloc[0]
+    assert overall["difference"] == 0.5 and overall["test"] == "mcnemar" and overall["n"] == 4
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert page.count("data:image/png;base64,") >= 5 and "Table 4 layout" in page and "Figure 7 layout" in page
+    for name in runs:
+        assert (tmp_path / "out" / name / "table.md").is_file() and (tmp_path / "out" / name / "summary.csv").is_file()
+    assert (tmp_path / "out" / "needle" / "needle_heatmap.png").is_file()
+    assert (tmp_path / "out" / "hallucination" / "hallucination.png").is_file()
+
+
+def test_proxy_table_has_no_paper_rows(tmp_path):
+    folder = _folder(tmp_path, "proxy", "hallucination", hallucination_records("proxy"))
+    [report] = build_report([RunFolder(folder)], ["md"], paper=True)
+    assert "table4" not in report.tables and not any("paper" in i for i in report.tables["table4_proxy"].index)
+    assert "not a hallucination rate" in (folder / "table.md").read_text()
+
+
+def test_latex_compiles(runs, tmp_path):
+    build_report([RunFolder(p) for p in runs.values()], ["latex"], tmp_path / "tex", paper=True)
+    for name in runs:
+        document = (tmp_path / "tex" / name / "table.tex").read_text()
+        assert document.startswith("\\documentclass") and document.rstrip().endswith("\\end{document}")
+        assert "\\usepackage{booktabs}" in document and "\\toprule" in document and "\\bottomrule" in document
+        assert document.count("\\begin{tabular}") == document.count("\\end{tabular}")
+    if shutil.which("pdflatex") is None:
+        pytest.skip("no TeX engine here: the LaTeX structure was validated, not compiled")
+    for name in runs:
+        result = subprocess.run(
+            ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "table.tex"],
+            cwd=tmp_path / "tex" / name,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stdout[-2000:]
+
+
+def test_statistics_against_known_values():
+    first = [1] * 10 + [0] * 2 + [1] * 5 + [0] * 3
+    second = [0] * 10 + [1] * 2 + [1] * 5 + [0] * 3
+    assert stats.mcnemar_exact(first, second) == pytest.approx(158 / 4096)  # b = 10, c = 2
+    assert stats.mcnemar_exact([1, 0], [1, 0]) == 1.0
+    low, high = stats.wilson_ci(8, 10)
+    assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
+    values = [0.1, 0.5, 0.3, 0.9, 0.2, 0.4]
+    assert stats.bootstrap_ci(values) == stats.bootstrap_ci(values)  # fixed seed: reproducible
+    low, high = stats.bootstrap_ci(values)
+    assert low < sum(values) / len(values) < high and 0.1 <= low and high <= 0.9
+    result = stats.paired_difference([0.5, 0.6, 0.7, 0.8, 0.9, 1.0], [0.1, 0.2, 0.3, 0.2, 0.4, 0.3])
+    assert result["test"] == "wilcoxon" and result["difference"] == pytest.approx(0.5)
+    assert result["p_value"] == pytest.approx(0.03125)  # all 6 differences positive: exact 2 / 2**6
+
+
+def test_fail_under_gates(runs):
+    met = run_cli("report", str(runs["needle"]), "--fail-under", "needle.accuracy@diff=0.7")
+    assert met.returncode == 0, met.stderr
+    missed = run_cli(
+        "report",
+        str(runs["needle"]),
+        "--fail-under",
+        "needle.accuracy@diff=0.8",
+        "--fail-under",
+        "needle.accuracy@base=0.2",
+    )
+    assert missed.returncode == 1
+    assert "gate failed: needle.accuracy@diff=0.8: measured 0.7500 < 0.8" in missed.stderr
+    assert "base" not in missed.stderr.split("gate failed")[-1].split(":")[0] or missed.stderr.count("gate failed") == 1
+    absent = run_cli("report", str(runs["needle"]), "--fail-under", "needle.accuracy@nobody=0.1")
+    assert absent.returncode == 1 and "no needle results for model nobody" in absent.stderr
+    bad = run_cli("report", str(runs["needle"]), "--fail-under", "needle.speed@diff=1")
+    assert bad.returncode == 2 and "unknown metric needle.speed" in bad.stderr
+
+
+def test_compare_exit_codes(tmp_path):
+    many = 40
+    old = _folder(tmp_path, "old", "needle", needle_records((1,) * many, (1,) * many))
+    same = _folder(tmp_path, "same", "needle", needle_records((1,) * many, (1,) * many))
+    worse = _folder(tmp_path, "worse", "needle", needle_records((1,) * 20 + (0,) * 20, (1,) * many))
+    noisy = _folder(tmp_path, "noisy", "needle", needle_records((1,) * 36 + (0,) * 4, (1,) * many))
+    assert run_cli("compare", str(old), str(same)).returncode == 0
+    result = run_cli("compare", str(old), str(worse), "--max-drop", "0.02")
+    assert result.returncode == 1 and "regression: needle.accuracy@diff dropped 0.5000" in result.stderr
+    # a 10-point drop on 4 discordant pairs is not significant (McNemar p = 0.125)
+    assert run_cli("compare", str(old), str(noisy), "--max-drop", "0.02").returncode == 0
+    unrelated = _folder(tmp_path, "icl", "icl", icl_records())
+    assert run_cli("compare", str(old), str(unrelated)).returncode == 2
+
+
+def test_damaged_and_missing_input(runs, tmp_path):
+    with (runs["icl"] / "samples.jsonl").open("a") as handle:
+        handle.write("[1, 2]\n{not json\n")
+    result = run_cli("report", str(runs["icl"]))
+    assert result.returncode == 0 and "skipped 2 damaged line(s)" in result.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    missing = run_cli("report", str(empty))
+    assert missing.returncode == 2 and "neither a run folder nor a suite folder" in missing.stderr
+
+
+def test_suite_runs_every_task_and_gates(tiny_models, tmp_path):
+    out = tmp_path / "suite"
+    args = [
+        "run",
+        "suite",
+        "ci-smoke",
+        "-m",
+        f"diff={tiny_models['diff']}",
+        "-m",
+        f"base={tiny_models['base']}",
+        "--out",
+        str(out),
+    ]
+    result = run_cli(*args, "--fail-under", "hallucination.accuracy@base=0.0")
+    assert result.returncode == 0, result.stderr
+    for task in ("needle", "attention", "icl", "hallucination"):
+        assert (out / task / "samples.jsonl").is_file() and (out / "report" / task / "table.md").is_file()
+    assert (out / "report" / "report.html").is_file()
+    gated = run_cli("report", str(out), "--fail-under", "needle.accuracy@diff=1.01")
+    assert gated.returncode == 1 and "gate failed" in gated.stderr
+    bad = run_cli("run", "suite", str(tmp_path / "nope.yaml"), "-m", f"diff={tiny_models['diff']}")
+    assert bad.returncode == 2 and "not found" in bad.stderr
