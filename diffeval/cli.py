@@ -95,11 +95,29 @@ TASK_OPTIONS["hallucination"] = {
     "judge_retries": Annotated[int | None, Opt(help="retries on 429, 5xx and timeouts [default: 5]")],
     "judge_concurrency": Annotated[int | None, Opt(help="judge requests in flight [default: 4]")],
 }
+_LM_EVAL_OPTIONS = {
+    "lm_tasks": Annotated[str | None, Opt("--tasks", help="lm-eval task names, comma-separated")],
+    "include_path": Annotated[str | None, Opt(help="folder of extra lm-eval task YAMLs (e.g. local data files)")],
+    "lm_batch_size": Annotated[int | None, Opt(help="lm-eval batch size [default: 8]")],
+}
+TASK_OPTIONS["outliers"] = {
+    "tokens": Annotated[str | None, Opt(help="token budget, e.g. 400k (k = 1024) [default: 400k]")],
+    "haystack": NEEDLE_SAMPLE_OPTIONS["haystack"],
+}
+TASK_OPTIONS["quantize"] = {
+    "bits": Annotated[str | None, Opt(help="attention-logit bit widths; 16 = unquantized [default: 16,8,6,4]")],
+    "granularity": Annotated[str | None, Opt(help="absmax scale per tensor | head | row [default: row]")],
+    **_LM_EVAL_OPTIONS,
+}
+TASK_OPTIONS["zeroshot"] = dict(_LM_EVAL_OPTIONS)
 TASK_HELP = {
     "needle": "Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
     "attention": "Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
     "icl": "Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
     "hallucination": "Contextual hallucination on summarization and QA (paper Table 4), judged.",
+    "outliers": "Largest attention logits and hidden states over a token budget (paper Table 5).",
+    "quantize": "Zero-shot accuracy with attention logits quantized to b bits, via lm-eval (paper Figure 8).",
+    "zeroshot": "Zero-shot lm-eval benchmarks in the paper's Table 1 layout.",
 }
 
 

@@ -189,11 +189,75 @@ class HallucinationOptions:
             raise InputError("--samples and --judge-concurrency must be at least 1, --judge-timeout positive")
 
 
+@dataclass(frozen=True)
+class OutliersOptions:
+    """Activation outliers (paper Table 5): sequences of `ctx` tokens (the training length) covering `tokens`."""
+
+    ctx: list[int] = field(default_factory=lambda: [4096])
+    tokens: int = 409_600
+    haystack: str = "noise"
+
+    def validate(self) -> None:
+        if len(self.ctx) != 1:
+            raise InputError(f"--ctx {self.ctx}: give one sequence length (the model's training length)")
+        if self.tokens < 1:
+            raise InputError("--tokens must be positive, e.g. 400k")
+
+
+LM_EVAL_PAPER_TASKS = ["arc_challenge", "arc_easy", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande"]
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """Attention logits quantized to b bits, evaluated zero-shot with lm-eval (paper Figure 8)."""
+
+    ctx: list[int] = field(default_factory=lambda: [2048])  # lm-eval's max_length
+    bits: list[int] = field(default_factory=lambda: [16, 8, 6, 4])
+    lm_tasks: list[str] = field(default_factory=lambda: ["hellaswag"])
+    granularity: str = "row"
+    include_path: str | None = None
+    lm_batch_size: int = 8
+
+    def validate(self) -> None:
+        from diffeval.models.activations import GRANULARITIES
+
+        if any(b < 2 or b > 16 for b in self.bits):
+            raise InputError(f"--bits {self.bits}: use widths from 2 to 16 (16 = unquantized)")
+        if self.granularity not in GRANULARITIES:
+            raise InputError(f"bad --granularity {self.granularity!r}: use one of {', '.join(GRANULARITIES)}")
+        _check_lm_eval_options(self)
+
+
+@dataclass(frozen=True)
+class ZeroshotOptions:
+    """Zero-shot lm-eval benchmarks (paper Table 1 layout)."""
+
+    ctx: list[int] = field(default_factory=lambda: [2048])
+    lm_tasks: list[str] = field(default_factory=lambda: list(LM_EVAL_PAPER_TASKS))
+    include_path: str | None = None
+    lm_batch_size: int = 8
+
+    def validate(self) -> None:
+        _check_lm_eval_options(self)
+
+
+def _check_lm_eval_options(options) -> None:
+    if not options.lm_tasks:
+        raise InputError("--tasks is empty: name lm-eval tasks, e.g. hellaswag,arc_easy")
+    if options.include_path and not Path(options.include_path).expanduser().is_dir():
+        raise InputError(f"--include-path {options.include_path} is not a folder of lm-eval task YAMLs")
+    if options.lm_batch_size < 1:
+        raise InputError("--lm-batch-size must be at least 1")
+
+
 TASK_OPTIONS = {
     "needle": NeedleOptions,
     "attention": AttentionOptions,
     "icl": IclOptions,
     "hallucination": HallucinationOptions,
+    "outliers": OutliersOptions,
+    "quantize": QuantizeOptions,
+    "zeroshot": ZeroshotOptions,
 }
 # options that change what is computed: they define a run folder's identity (sample counts do not,
 # so a run can be extended with more samples and still resume)
@@ -215,7 +279,15 @@ _IDENTITY_EXCLUDED = {
 class RunConfig:
     task: str
     models: list[ModelSpec]
-    options: NeedleOptions | AttentionOptions | IclOptions | HallucinationOptions
+    options: (
+        NeedleOptions
+        | AttentionOptions
+        | IclOptions
+        | HallucinationOptions
+        | OutliersOptions
+        | QuantizeOptions
+        | ZeroshotOptions
+    )
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
@@ -330,6 +402,9 @@ LIST_OPTIONS = {
     "datasets": parse_str_list,
     "orders": parse_str_list,
     "shots": parse_shots,
+    "bits": lambda v: parse_int_list(v, "--bits"),
+    "lm_tasks": parse_str_list,
+    "tokens": lambda v: parse_ctx(v)[0],
 }
 
 

@@ -35,6 +35,12 @@ TITLES = {
     "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a hallucination "
     "rate",
     "judging": "Judging: samples, unparsed verdicts, truncated prompts, judge",
+    "table5": "Table 5 layout: largest |activation| values and the median",
+    "outliers_per_layer": "Largest |activation| and median per layer",
+    "outlier_tokens": "Tokens analysed per model",
+    "figure8_acc_norm": "Figure 8: zero-shot acc_norm by attention-logit bits (16 = unquantized)",
+    "figure8_acc": "Figure 8: zero-shot acc by attention-logit bits (16 = unquantized)",
+    "table1": "Table 1 layout: zero-shot accuracy (%)",
     "paired": "Paired DIFF - baseline differences on the same samples (bootstrap 95 % CI; McNemar exact for yes/no "
     "outcomes, Wilcoxon signed-rank otherwise)",
 }
@@ -117,6 +123,8 @@ def build_report(
 def paired_table(run: dict, frame: pd.DataFrame, task) -> pd.DataFrame:
     """Every DIFF model against every baseline on the samples both scored, per the task's pairing cells and overall."""
     value = getattr(task, "SUMMARY_VALUE", "score")
+    if task.PAIR_KEYS is None:
+        return pd.DataFrame()
     kinds = {name: info.get("is_diff", False) for name, info in run.get("models", {}).items()}
     diffs = [m for m in frame["model"].unique() if kinds.get(m)]
     bases = [m for m in frame["model"].unique() if m in kinds and not kinds[m]]

@@ -1,0 +1,156 @@
+"""Activation outliers (paper Table 5): the largest |attention logits| and |hidden states| over a token budget.
+
+Recipe:
+1. samples: sequences of `seq_len` tokens cut from one haystack text stream (the same text for every model; each
+   model tokenizes it and cuts its own sequences), enough of them to cover `tokens`.
+2. backend: one forward per sequence. Attention logits QKᵀ/√d of every layer and head (for DIFF both maps) over all
+   causal positions, computed in row chunks through the attention interface; hidden states = each layer's output.
+3. statistics, streaming: a running top-100 and a log-spaced histogram of |value| per layer; memory does not grow
+   with the token budget. The median is read from the histogram (relative error ≤ 0.28 %, one bin's width).
+4. tables: top-1, top-2, top-3, top-10, top-100 and the median per model and activation, overall and per layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+import weakref
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from diffeval.data.haystack import haystack_sentences
+from diffeval.models.activations import HIST_BINS, RunningStats, histogram_median, logit_statistics
+from diffeval.models.backend import Backend
+from diffeval.paper import TABLE5
+
+SUMMARY_KEYS = ["model"]
+SUMMARY_VALUE = "max_attention_logit"
+PAIR_KEYS = None  # each model cuts its own token sequences: no sample-level pairs
+METRICS = {"max_attention_logit": "max_attention_logit", "max_hidden_state": "max_hidden_state"}
+TABLE_NOTE = (
+    "largest |values| over all sequences; attention logits = QK^T/sqrt(d) at every causal position of every head "
+    "(DIFF: both maps); hidden states = every layer's output; median from a log-spaced histogram (rel. error <= 0.28 %)"
+)
+RANKS = (1, 2, 3, 10, 100)
+
+
+@dataclass(frozen=True)
+class Sequence:
+    sample_id: str
+    index: int
+    seq_len: int
+
+
+def make_samples(options, seed: int, limit: int | None = None) -> list[Sequence]:
+    seq_len = options.ctx[0]
+    count = -(-options.tokens // seq_len)
+    count = min(count, limit) if limit else count
+    key = f"outliers|{options.haystack}|{seed}|{seq_len}"
+    return [Sequence(hashlib.sha256(f"{key}|{i}".encode()).hexdigest()[:16], i, seq_len) for i in range(count)]
+
+
+def check_inputs(config) -> None:
+    haystack_sentences(config.options.haystack, config.seed, 10)
+
+
+_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _token_stream(backend: Backend, source: str, seed: int, tokens: int) -> list[int]:
+    """The haystack stream's tokens for this model, at least `tokens` of them (cached per model)."""
+    cached = _streams.get(backend)
+    if cached is not None and len(cached) >= tokens:
+        return cached
+    words = tokens
+    while True:
+        ids = backend.encode(" ".join(haystack_sentences(source, seed, words)), special_tokens=False).ids
+        if len(ids) >= tokens:
+            _streams[backend] = ids
+            return ids
+        words *= 2
+
+
+def evaluate(batch: list[Sequence], backend: Backend, config) -> list[dict]:
+    options = config.options
+    seq_len = options.ctx[0]
+    stream = _token_stream(backend, options.haystack, config.seed, (batch[-1].index + 1) * seq_len)
+    bos = [backend.tokenizer.bos_token_id] if backend.tokenizer.bos_token_id is not None else []
+    records = []
+    for sequence in batch:
+        start = time.perf_counter()
+        body = stream[sequence.index * seq_len : (sequence.index + 1) * seq_len - len(bos)]
+        ids = torch.tensor([bos + body], device=backend.model.device)
+        with torch.inference_mode(), logit_statistics(backend.model) as logit_stats:
+            out = backend.model.get_decoder()(input_ids=ids, use_cache=False, output_hidden_states=True)
+        hidden = {}
+        for layer, states in enumerate(out.hidden_states[1:]):
+            hidden[layer] = RunningStats()
+            hidden[layer].add(states)
+        records.append(
+            {
+                "task": "outliers",
+                "model": backend.info.name,
+                "sample_id": sequence.sample_id,
+                "index": sequence.index,
+                "seq_len": seq_len,
+                "prompt_tokens": ids.shape[1],
+                "new_tokens": 0,
+                "max_attention_logit": max(float(s.top[0]) for s in logit_stats.values()),
+                "max_hidden_state": max(float(s.top[0]) for s in hidden.values()),
+                "attention_logits": _serialise(logit_stats),
+                "hidden_states": _serialise(hidden),
+                "seconds": round(time.perf_counter() - start, 4),
+            }
+        )
+    return records
+
+
+def _serialise(stats: dict[int, RunningStats]) -> dict[str, dict]:
+    """Per layer: the top values and the histogram's non-empty bins (sparse, to keep records small)."""
+    out = {}
+    for layer, running in sorted(stats.items()):
+        nonzero = torch.nonzero(running.hist).flatten().tolist()
+        out[str(layer)] = {
+            "top": [round(float(v), 5) for v in running.top],
+            "hist": {str(b): int(running.hist[b]) for b in nonzero},
+            "count": running.count,
+        }
+    return out
+
+
+def _merge(records: pd.Series, layer: str | None = None) -> tuple[list[float], list[int]]:
+    """Top values and histogram over records (and all layers, or one)."""
+    tops, hist = [], [0] * HIST_BINS
+    for per_layer in records:
+        for name, stats in per_layer.items():
+            if layer is None or name == layer:
+                tops.extend(stats["top"])
+                for b, count in stats["hist"].items():
+                    hist[int(b)] += count
+    return sorted(tops, reverse=True), hist
+
+
+def _row(tops: list[float], hist: list[int]) -> dict:
+    row = {f"top-{k}": tops[k - 1] if len(tops) >= k else float("nan") for k in RANKS}
+    row["median"] = histogram_median(hist)
+    return row
+
+
+def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+    rows, layers = {}, {}
+    for model, group in records.groupby("model", sort=False):
+        for column, label in (("attention_logits", "attention logits"), ("hidden_states", "hidden states")):
+            rows[(model, label)] = _row(*_merge(group[column]))
+            for layer in group[column].iloc[0]:
+                tops, hist = _merge(group[column], layer)
+                layers[(model, label, int(layer))] = {"top-1": tops[0], "median": histogram_median(hist)}
+    table5 = pd.DataFrame.from_dict(rows, orient="index")
+    if paper:
+        table5 = pd.concat([table5, pd.DataFrame.from_dict(TABLE5, orient="index")])
+    table5.index.names = ["model", "activation"]
+    per_layer = pd.DataFrame.from_dict(layers, orient="index")
+    per_layer.index.names = ["model", "activation", "layer"]
+    tokens = records.groupby("model", sort=False)["prompt_tokens"].sum().to_frame("tokens")
+    return {"table5": table5.round(4), "outliers_per_layer": per_layer.round(4), "outlier_tokens": tokens}
