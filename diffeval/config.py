@@ -14,9 +14,24 @@ import yaml
 
 from diffeval.errors import InputError
 
+# the built-in reference pair, shipped as package data (see diffeval/toy_models/MODEL_CARD.md)
+BUILTIN_MODELS = Path(__file__).resolve().parent / "toy_models"
+DEFAULT_PAIR = ("diff=toy-diff", "base=toy-base")
+
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 MODEL_KINDS = ("auto", "diff", "base")
+
+
+def builtin_models() -> list[str]:
+    if not BUILTIN_MODELS.is_dir():
+        return []
+    return sorted(p.name for p in BUILTIN_MODELS.iterdir() if (p / "config.json").is_file())
+
+
+def model_path(spec: str) -> str:
+    """A built-in model's folder inside the package (toy-diff, toy-base), else the spec unchanged."""
+    return str(BUILTIN_MODELS / spec) if spec in builtin_models() else spec
 
 
 def parse_ctx(text: str | int | list) -> list[int]:
@@ -422,6 +437,8 @@ def build_config(task: str, yaml_values: dict[str, Any], flags: dict[str, Any]) 
     if unknown:
         raise InputError(f"unknown option(s) {', '.join(sorted(unknown))}: see `diffeval run {task} --help`")
     raw_models = values.pop("models", None) or []
+    if not raw_models and all(name in builtin_models() for name in ("toy-diff", "toy-base")):
+        raw_models = list(DEFAULT_PAIR)  # the offline default: the shipped reference pair
     if isinstance(raw_models, dict) and "spec" not in raw_models:  # YAML `models: {diff: PATH, base: PATH}`
         raw_models = [{"name": k, **(v if isinstance(v, dict) else {"spec": v})} for k, v in raw_models.items()]
     if isinstance(raw_models, (str, dict)):

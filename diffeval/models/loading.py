@@ -10,7 +10,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from diffeval.config import ModelSpec
+from diffeval.config import ModelSpec, model_path
 from diffeval.errors import InputError
 from diffeval.models.diff import DIFF_ARCHITECTURES, layer_lambdas
 
@@ -57,7 +57,7 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 
 def _check_spec(spec: ModelSpec) -> None:
     """A path-looking spec must exist; anything else is treated as a hub id."""
-    path = Path(spec.spec).expanduser()
+    path = Path(model_path(spec.spec)).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
             raise InputError(f"model {spec.name}: {spec.spec} has no config.json; point at a saved checkpoint folder")
@@ -68,7 +68,7 @@ def _check_spec(spec: ModelSpec) -> None:
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
     try:
-        return AutoConfig.from_pretrained(spec.spec, trust_remote_code=trust_remote_code)
+        return AutoConfig.from_pretrained(model_path(spec.spec), trust_remote_code=trust_remote_code)
     except OSError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(
@@ -127,8 +127,8 @@ def load_model(
     if attn_impl:
         kwargs["attn_implementation"] = attn_impl
     try:
-        tokenizer = AutoTokenizer.from_pretrained(spec.spec, trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(spec.spec, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(model_path(spec.spec), trust_remote_code=trust_remote_code)
+        model = AutoModelForCausalLM.from_pretrained(model_path(spec.spec), **kwargs)
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise InputError(f"model {spec.name}: cannot load {spec.spec!r}: {first}") from None

@@ -27,6 +27,7 @@ from pathlib import Path
 import pandas as pd
 from transformers import AutoTokenizer
 
+from diffeval.config import model_path
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
@@ -151,7 +152,8 @@ def resolve_max_shots(config) -> dict[tuple[str, int], int]:
     options = config.options
     ctx = options.ctx[0]
     tokenizers = [
-        AutoTokenizer.from_pretrained(m.spec, trust_remote_code=config.trust_remote_code) for m in config.models
+        AutoTokenizer.from_pretrained(model_path(m.spec), trust_remote_code=config.trust_remote_code)
+        for m in config.models
     ]
     best = {}
     for name in options.datasets:
