@@ -20,6 +20,20 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
+FINISHED_RUN_OPTIONS = [
+    "--ctx",
+    "1k,2k",
+    "--needles",
+    "1,2",
+    "--queries",
+    "1,2",
+    "--depths",
+    "0,50,100",
+    "--samples",
+    "2",
+]
+
+
 @pytest.fixture(scope="module")
 def finished_run(tiny_models, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("runs") / "finished"
@@ -30,16 +44,7 @@ def finished_run(tiny_models, tmp_path_factory) -> Path:
         f"diff={tiny_models['diff']}",
         "-m",
         f"base={tiny_models['base']}",
-        "--ctx",
-        "1k,2k",
-        "--needles",
-        "1,2",
-        "--queries",
-        "1,2",
-        "--depths",
-        "0,50,100",
-        "--samples",
-        "2",
+        *FINISHED_RUN_OPTIONS,
         "--out",
         str(out),
     )
@@ -209,16 +214,7 @@ def test_bad_input_is_one_line_exit_2_and_keeps_results(finished_run, tiny_model
         "run",
         "needle",
         *models,
-        "--ctx",
-        "1k,2k",
-        "--needles",
-        "1,2",
-        "--queries",
-        "1,2",
-        "--depths",
-        "0,50,100",
-        "--samples",
-        "2",
+        *FINISHED_RUN_OPTIONS,
         "--out",
         str(finished_run),
         *extra,

@@ -37,6 +37,16 @@ _QASPER_RULES = (
     'cannot be answered based on the information in the article, write "unanswerable". If the question is a yes/no '
     'question, answer "yes", "no", or "unanswerable". Do not provide any explanation.'
 )
+# LongBench uses one template and output length for its multi-passage QA sets
+_PASSAGES_QA = DatasetSpec(
+    "qa",
+    _LONGBENCH_QA
+    + "\n\nThe following are given passages.\n{context}\n\n"
+    + _LONGBENCH_QA
+    + "\n\nQuestion: {input}\nAnswer:",
+    32,
+    ("\n",),
+)
 SPECS = {
     "xsum": DatasetSpec(
         "summarization",
@@ -68,24 +78,8 @@ SPECS = {
         128,
         ("\n",),
     ),
-    "hotpotqa": DatasetSpec(
-        "qa",
-        _LONGBENCH_QA
-        + "\n\nThe following are given passages.\n{context}\n\n"
-        + _LONGBENCH_QA
-        + "\n\nQuestion: {input}\nAnswer:",
-        32,
-        ("\n",),
-    ),
-    "2wikimqa": DatasetSpec(
-        "qa",
-        _LONGBENCH_QA
-        + "\n\nThe following are given passages.\n{context}\n\n"
-        + _LONGBENCH_QA
-        + "\n\nQuestion: {input}\nAnswer:",
-        32,
-        ("\n",),
-    ),
+    "hotpotqa": _PASSAGES_QA,
+    "2wikimqa": _PASSAGES_QA,
 }
 DATASETS = tuple(SPECS)
 LONGBENCH = ("multi_news", "qasper", "hotpotqa", "2wikimqa")
