@@ -13,6 +13,7 @@ from rich.table import Table
 from diffeval.config import ModelSpec, build_config, load_yaml
 from diffeval.errors import InputError
 from diffeval.judges import JudgeError
+from diffeval.toy.cli import toy_app
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -24,6 +25,7 @@ run_app = typer.Typer(no_args_is_help=True, help="Run an evaluation task.")
 models_app = typer.Typer(no_args_is_help=True, help="Inspect model checkpoints.")
 app.add_typer(run_app, name="run")
 app.add_typer(models_app, name="models")
+app.add_typer(toy_app, name="toy")
 
 console = Console()
 err_console = Console(stderr=True)

@@ -1,0 +1,64 @@
+"""`diffeval toy ...`: train the toy DIFF / baseline pair and plot their loss curves."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+toy_app = typer.Typer(no_args_is_help=True, help="Train the tiny matched DIFF / baseline pair shipped in toy_models.")
+
+Opt = typer.Option
+
+
+@toy_app.command("train")
+def train_command(
+    kind: Annotated[str, Opt(help="diff (DiffLlamaForCausalLM) | base (LlamaForCausalLM)")],
+    out: Annotated[str, Opt(help="model folder to write (config, weights, tokenizer)")],
+    work: Annotated[str | None, Opt(help="checkpoint and loss-log folder [default: OUT.work]")] = None,
+    steps: Annotated[int, Opt(help="optimizer steps")] = 2600,
+    seed: Annotated[int, Opt(help="model initialisation seed")] = 0,
+    data_seed: Annotated[int, Opt(help="corpus seed")] = 0,
+    tokens_per_step: Annotated[int, Opt(help="tokens per batch at every curriculum length")] = 2048,
+    lr: Annotated[float, Opt(help="peak AdamW learning rate")] = 2e-3,
+) -> None:
+    """Train one model (resumes from WORK/checkpoint.pt when present)."""
+    from diffeval.toy.train import TrainConfig, train
+
+    if kind not in ("diff", "base"):
+        raise typer.BadParameter("use diff or base", param_hint="--kind")
+    config = TrainConfig(
+        kind=kind,
+        out=out,
+        work=work or f"{out.rstrip('/')}.work",
+        steps=steps,
+        seed=seed,
+        data_seed=data_seed,
+        tokens_per_step=tokens_per_step,
+        lr=lr,
+    )
+    train(config, log=lambda line: typer.echo(line, err=True))
+
+
+@toy_app.command("export")
+def export_command(
+    work: Annotated[str, Opt(help="work folder holding checkpoint.pt")],
+    out: Annotated[str, Opt(help="model folder to write")],
+) -> None:
+    """Save a work folder's latest checkpoint as a loadable model folder."""
+    from diffeval.toy.train import export_checkpoint
+
+    step = export_checkpoint(work, out)
+    typer.echo(f"{out}: step {step}")
+
+
+@toy_app.command("plot")
+def plot_command(
+    logs: Annotated[list[str], typer.Argument(help="NAME=LOSS_CSV, e.g. toy-diff=.../training_log.csv")],
+    out: Annotated[str, Opt(help="PNG file to write")] = "loss.png",
+) -> None:
+    """Loss curves of several training logs in one figure."""
+    from diffeval.toy.plot import plot_losses
+
+    plot_losses(dict(item.split("=", 1) for item in logs), out)
+    typer.echo(out)

@@ -1,0 +1,223 @@
+"""Deterministic CPU training of the toy DIFF / baseline pair on diffeval's synthetic retrieval corpus.
+
+Everything that shapes the weights is a function of the TrainConfig: the tokenizer is trained from the corpus
+generator with a fixed seed, batch b of step s is document `s * batch + b` of the current curriculum length,
+and single-threaded CPU kernels are deterministic. A checkpoint (model, optimizer, step, stage) is written every
+few minutes into the work folder; rerunning the same command resumes from it and reaches the same weights.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from transformers import DiffLlamaForCausalLM, GenerationConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from diffeval.models.tiny import tiny_config, train_tokenizer
+from diffeval.toy.corpus import DocumentMaker, tokenizer_texts
+from diffeval.toy.evaluate import needle_accuracy
+
+LOG_FIELDS = ["step", "length", "loss", "answer_loss", "lr", "seconds", "val_accuracy"]
+
+
+@dataclass
+class TrainConfig:
+    kind: str  # diff | base
+    out: str  # the shipped model folder (config, weights, tokenizer)
+    work: str  # checkpoint and loss log
+    steps: int = 2600
+    seed: int = 0  # model initialisation
+    data_seed: int = 0  # corpus documents
+    vocab_size: int = 2048
+    hidden: int = 128
+    layers: int = 4
+    heads: int = 4
+    head_dim: int = 32
+    ffn: int = 384
+    lr: float = 2e-3
+    warmup: int = 100
+    weight_decay: float = 0.1
+    tokens_per_step: int = 2048  # small batches: more optimizer updates per CPU-minute
+    lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024])
+    # a stage ends when held-out retrieval at its length reaches advance_accuracy, or at the latest after
+    # its share of the steps, so the final length always gets trained
+    stage_max_fraction: list[float] = field(default_factory=lambda: [0.4, 0.55, 0.7, 1.0])
+    advance_accuracy: float = 0.9
+    answer_weight: float = 3.0
+    eval_every: int = 100
+    eval_samples: int = 4  # per depth, over depths 0/25/50/75/100
+    checkpoint_minutes: float = 3.0
+
+
+def build_tokenizer(config: TrainConfig) -> PreTrainedTokenizerFast:
+    out = Path(config.out)
+    if (out / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(out)
+    return train_tokenizer(tokenizer_texts(), config.vocab_size, out)
+
+
+def build_model(config: TrainConfig, vocab_size: int):
+    torch.manual_seed(config.seed)
+    model_config = tiny_config(
+        config.kind,
+        vocab_size,
+        hidden=config.hidden,
+        layers=config.layers,
+        heads=config.heads,
+        kv_heads=config.heads,
+        head_dim=config.head_dim,
+        ffn=config.ffn,
+        max_positions=65536,
+    )
+    model_config._attn_implementation = "sdpa"
+    return DiffLlamaForCausalLM(model_config) if config.kind == "diff" else LlamaForCausalLM(model_config)
+
+
+def learning_rate(config: TrainConfig, step: int) -> float:
+    if step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    progress = (step - config.warmup) / max(config.steps - config.warmup, 1)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def weighted_loss(model, ids: torch.Tensor, weights: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """Dense next-token loss weighted per target token; also the mean loss on answer tokens alone."""
+    logits = model(input_ids=ids).logits[:, :-1].float()
+    targets, target_weights = ids[:, 1:], weights[:, 1:]
+    per_token = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
+    loss = (per_token * target_weights).sum() / target_weights.sum()
+    answers = target_weights > 1
+    answer_loss = per_token[answers].mean().item() if answers.any() else float("nan")
+    return loss, answer_loss
+
+
+def train(config: TrainConfig, log: Callable[[str], None] = print) -> Path:
+    torch.set_num_threads(1)  # the pair trains side by side, one core each; one thread is also deterministic
+    torch.use_deterministic_algorithms(True)
+    random.seed(config.seed)
+    out, work = Path(config.out), Path(config.work)
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(config)
+    maker = DocumentMaker(tokenizer, answer_weight=config.answer_weight)
+    model = build_model(config, len(tokenizer))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
+    checkpoint_path, log_path = work / "checkpoint.pt", work / "loss.csv"
+    step, stage, elapsed = 0, 0, 0.0
+    if checkpoint_path.is_file():
+        state = torch.load(checkpoint_path, weights_only=False)
+        if state["config"] != asdict(config):
+            raise ValueError(f"{checkpoint_path} was written by another configuration: use a fresh --work folder")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, stage, elapsed = state["step"], state["stage"], state["seconds"]
+        log(f"resumed at step {step} (length {config.lengths[stage]})")
+        _truncate_log(log_path, step)
+    else:
+        (work / "config.json").write_text(json.dumps(asdict(config), indent=2))
+        with log_path.open("w", newline="") as f:
+            csv.writer(f).writerow(LOG_FIELDS)
+    log(f"{config.kind}: {sum(p.numel() for p in model.parameters()):,} parameters")
+
+    def save_checkpoint() -> None:
+        state = {
+            "config": asdict(config),
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "step": step,
+            "stage": stage,
+            "seconds": elapsed,
+        }
+        torch.save(state, checkpoint_path.with_suffix(".tmp"))
+        checkpoint_path.with_suffix(".tmp").replace(checkpoint_path)  # never leave a half-written checkpoint
+
+    started, last_checkpoint = time.monotonic() - elapsed, time.monotonic()
+    model.train()
+    while step < config.steps:
+        length = config.lengths[stage]
+        batch = max(config.tokens_per_step // length, 1)
+        docs = [maker.make(config.data_seed, step * batch + b, length) for b in range(batch)]
+        ids = torch.tensor([d.ids for d in docs])
+        weights = torch.tensor([d.weights for d in docs])
+        lr = learning_rate(config, step)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        loss, answer_loss = weighted_loss(model, ids, weights)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        step += 1
+        elapsed = time.monotonic() - started
+
+        accuracy = None
+        last_stage = stage == len(config.lengths) - 1
+        if step % config.eval_every == 0 or step == config.steps:
+            accuracy = needle_accuracy(model, tokenizer, length, config.eval_samples)
+            log(
+                f"step {step} length {length} loss {loss.item():.3f} answer {answer_loss:.3f} "
+                f"val {accuracy:.2f} ({elapsed / 60:.1f} min)"
+            )
+            if not last_stage and accuracy >= config.advance_accuracy:
+                stage += 1
+        if not last_stage and step >= config.stage_max_fraction[stage] * config.steps:
+            stage += 1
+        with log_path.open("a", newline="") as f:
+            row = [
+                step,
+                length,
+                f"{loss.item():.4f}",
+                f"{answer_loss:.4f}",
+                f"{lr:.6f}",
+                f"{elapsed:.1f}",
+                "" if accuracy is None else f"{accuracy:.3f}",
+            ]
+            csv.writer(f).writerow(row)
+        if time.monotonic() - last_checkpoint > 60 * config.checkpoint_minutes or step == config.steps:
+            save_checkpoint()
+            last_checkpoint = time.monotonic()
+
+    export(model, tokenizer, out, log_path)
+    log(f"saved {out} after {elapsed / 60:.1f} min")
+    return out
+
+
+def export(model, tokenizer, out: Path, log_path: Path) -> None:
+    """The shipped folder: float32 weights, config, generation defaults, tokenizer and the loss log."""
+    model.eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
+    )
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    shutil.copyfile(log_path, out / "training_log.csv")
+
+
+def export_checkpoint(work: str | Path, out: str | Path) -> int:
+    """Write a work folder's latest checkpoint as a model folder (e.g. to evaluate or ship an unfinished run)."""
+    work = Path(work)
+    state = torch.load(work / "checkpoint.pt", weights_only=False)
+    config = TrainConfig(**state["config"])
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(config.out)
+    model = build_model(config, len(tokenizer))
+    model.load_state_dict(state["model"])
+    Path(out).mkdir(parents=True, exist_ok=True)
+    export(model, tokenizer, Path(out), work / "loss.csv")
+    return state["step"]
+
+
+def _truncate_log(log_path: Path, step: int) -> None:
+    """Drop log rows written after the checkpoint being resumed, so a resumed log has no duplicate steps."""
+    with log_path.open(newline="") as f:
+        rows = list(csv.reader(f))
+    kept = [rows[0]] + [r for r in rows[1:] if int(r[0]) <= step]
+    with log_path.open("w", newline="") as f:
+        csv.writer(f).writerows(kept)

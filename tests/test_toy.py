@@ -1,0 +1,127 @@
+"""The built-in reference pair: default models, names, the shipped weights, and deterministic resumable training."""
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import run_cli
+from diffeval.config import BUILTIN_MODELS, build_config, builtin_models
+from diffeval.tasks.needle import CITIES
+from diffeval.toy.corpus import TRAIN_PLACES
+from diffeval.toy.train import TrainConfig, train
+
+REFERENCE_RUN = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
+
+
+def test_pair_ships_as_package_data_and_is_the_default():
+    assert builtin_models() == ["toy-base", "toy-diff"]
+    config = build_config("needle", {}, {"ctx": "1k"})
+    assert [(m.name, m.spec) for m in config.models] == [("diff", "toy-diff"), ("base", "toy-base")]
+    sizes = [(BUILTIN_MODELS / m / "model.safetensors").stat().st_size for m in builtin_models()]
+    assert sum(sizes) < 50 * 2**20
+    diff, base = (
+        sum(t.numel() for t in load_file(BUILTIN_MODELS / m / "model.safetensors").values())
+        for m in ("toy-diff", "toy-base")
+    )
+    assert abs(diff - base) / base < 0.02
+    assert not set(TRAIN_PLACES) & set(CITIES)  # training keys are disjoint from the evaluation's
+
+
+def test_default_run_reproduces_the_reference_run(tmp_path):
+    """The real CLI on the shipped weights, without --model: the committed reference run's 1K cells, exactly."""
+    out = tmp_path / "default"
+    result = run_cli(
+        "run",
+        "needle",
+        "--ctx",
+        "1k",
+        "--needles",
+        "1",
+        "--queries",
+        "1",
+        "--depths",
+        "0,25,50,75,100",
+        "--samples",
+        "20",
+        "--out",
+        str(out),
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert {r["model"] for r in records} == {"diff", "base"} and len(records) == 200
+    reference = {
+        (r["model"], r["sample_id"]): r["output"]
+        for r in map(json.loads, (REFERENCE_RUN / "samples.jsonl").read_text().splitlines())
+    }
+    for record in records:
+        assert reference[(record["model"], record["sample_id"])] == record["output"]
+    accuracy = {m: sum(r["score"] for r in records if r["model"] == m) / 100 for m in ("diff", "base")}
+    card = (BUILTIN_MODELS / "MODEL_CARD.md").read_text()
+    for model, value in accuracy.items():
+        assert f"toy-{model} | {value:.2f}" in card  # the model card reports what the weights do
+
+
+def test_builtin_names_work_anywhere(tmp_path):
+    inspect = run_cli("models", "inspect", "toy-diff")
+    assert inspect.returncode == 0 and "DiffLlamaForCausalLM" in inspect.stdout and "λ_init" in inspect.stdout
+    result = run_cli(
+        "run",
+        "needle",
+        "-m",
+        "toy-base",
+        "--ctx",
+        "1k",
+        "--depths",
+        "50",
+        "--samples",
+        "1",
+        "--out",
+        str(tmp_path / "named"),
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def _tiny(tmp_path: Path, name: str, **overrides) -> TrainConfig:
+    config = TrainConfig(
+        kind="diff",
+        out=str(tmp_path / name),
+        work=str(tmp_path / f"{name}.work"),
+        steps=4,
+        hidden=32,
+        layers=2,
+        heads=2,
+        head_dim=16,
+        ffn=64,
+        vocab_size=600,
+        lengths=[160],
+        stage_max_fraction=[1.0],
+        eval_every=1,
+        eval_samples=1,
+        checkpoint_minutes=0.0,
+        warmup=1,
+    )
+    return replace(config, **overrides)
+
+
+def test_training_is_deterministic_and_resumes(tmp_path):
+    straight = _tiny(tmp_path, "straight")
+    train(straight, log=lambda line: None)
+
+    interrupted = _tiny(tmp_path, "interrupted")
+
+    def stop_at_step_3(line: str) -> None:
+        if line.startswith("step 3 "):
+            raise KeyboardInterrupt  # a kill after step 3's update, before its checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        train(interrupted, log=stop_at_step_3)
+    messages = []
+    train(interrupted, log=messages.append)
+    assert any(m.startswith("resumed at step 2") for m in messages)
+    first = load_file(Path(straight.out) / "model.safetensors")
+    second = load_file(Path(interrupted.out) / "model.safetensors")
+    assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
