@@ -224,8 +224,3 @@ def test_bad_input_is_one_line_exit_2_and_keeps_results(finished_run, tiny_model
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
     assert _snapshot(finished_run) == before
-
-
-def test_missing_model_is_a_clear_error():
-    result = run_cli("run", "needle", "--ctx", "1k")
-    assert result.returncode == 2 and "no model given" in result.stderr

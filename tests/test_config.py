@@ -1,5 +1,6 @@
 import pytest
 
+from diffeval import config as config_module
 from diffeval.config import ModelSpec, build_config, parse_ctx
 from diffeval.errors import InputError
 
@@ -44,7 +45,6 @@ def test_flags_override_yaml_and_lists_broadcast():
     [
         ({"needles": "1", "queries": "2"}, "need 1 <= R <= N"),
         ({"depths": "0,150"}, "outside 0-100"),
-        ({"models": None}, "no model given"),
         ({"dtype": "int3"}, "bad --dtype"),
         ({"bogus": 1}, "unknown option"),
         ({"needles": "1,2", "queries": "1,1,1"}, "differ in length"),
@@ -63,3 +63,9 @@ def test_identity_ignores_sample_counts():
     c = build_config("needle", {}, {"models": ["a/b"], "seed": 1})
     assert a.identity_hash() == b.identity_hash() != c.identity_hash()
     assert str(a.out_dir()).startswith("results/needle-")
+
+
+def test_no_model_and_no_builtin_pair_is_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr(config_module, "BUILTIN_MODELS", tmp_path)  # a checkout without the shipped weights
+    with pytest.raises(InputError, match="no model given"):
+        build_config("needle", {}, {})
