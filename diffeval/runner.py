@@ -76,6 +76,7 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
         TextColumn("ETA"),
         TimeRemainingColumn(),
         console=console,
+        refresh_per_second=2,  # the bar redraws in a thread; rarer redraws leave the model more of the GIL
     )
     with folder.open_for_append() as handle, progress:
         for spec in config.models:
