@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
+os.environ["DIFFEVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="diffeval-verdicts-")  # keep judge caches out of $HOME
 
 from diffeval.data.haystack import NOISE_SENTENCES  # noqa: E402
 from diffeval.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402

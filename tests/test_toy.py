@@ -125,3 +125,16 @@ def test_training_is_deterministic_and_resumes(tmp_path):
     first = load_file(Path(straight.out) / "model.safetensors")
     second = load_file(Path(interrupted.out) / "model.safetensors")
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
+
+
+def test_ci_smoke_runs_on_the_default_pair(tmp_path):
+    out = tmp_path / "smoke"
+    result = run_cli("run", "suite", "ci-smoke", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    runs = {
+        json.loads((out / t / "run.json").read_text())["config"]["task"]
+        for t in ("needle", "attention", "icl", "hallucination")
+    }
+    assert runs == {"needle", "attention", "icl", "hallucination"}
+    models = {json.loads(line)["model"] for line in (out / "needle" / "samples.jsonl").read_text().splitlines()}
+    assert models == {"diff", "base"}
