@@ -16,7 +16,7 @@ def train_command(
     kind: Annotated[str, Opt(help="diff (DiffLlamaForCausalLM) | base (LlamaForCausalLM)")],
     out: Annotated[str, Opt(help="model folder to write (config, weights, tokenizer)")],
     work: Annotated[str | None, Opt(help="checkpoint and loss-log folder [default: OUT.work]")] = None,
-    steps: Annotated[int, Opt(help="optimizer steps")] = 2600,
+    steps: Annotated[int, Opt(help="optimizer steps")] = 4400,
     seed: Annotated[int, Opt(help="model initialisation seed")] = 0,
     data_seed: Annotated[int, Opt(help="corpus seed")] = 0,
     tokens_per_step: Annotated[int, Opt(help="tokens per batch at every curriculum length")] = 2048,

@@ -33,7 +33,7 @@ class TrainConfig:
     kind: str  # diff | base
     out: str  # the shipped model folder (config, weights, tokenizer)
     work: str  # checkpoint and loss log
-    steps: int = 2600
+    steps: int = 4400
     seed: int = 0  # model initialisation
     data_seed: int = 0  # corpus documents
     vocab_size: int = 2048
@@ -49,7 +49,7 @@ class TrainConfig:
     lengths: list[int] = field(default_factory=lambda: [128, 256, 512, 1024])
     # a stage ends when held-out retrieval at its length reaches advance_accuracy, or at the latest after
     # its share of the steps, so the final length always gets trained
-    stage_max_fraction: list[float] = field(default_factory=lambda: [0.4, 0.55, 0.7, 1.0])
+    stage_max_fraction: list[float] = field(default_factory=lambda: [0.5, 0.65, 0.8, 1.0])
     advance_accuracy: float = 0.9
     answer_weight: float = 3.0
     eval_every: int = 100
