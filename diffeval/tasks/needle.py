@@ -480,7 +480,8 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
         for (i, j), value in np.ndenumerate(grid.to_numpy()):
             if not np.isnan(value):
                 ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=7)
-        ax.set(title=model, xlabel="context length", ylabel="answer needle depth")
+        ax.set(title=f"{model} (mean over N/R)", xlabel="context length")
+    axes[0][0].set_ylabel("answer needle depth")
     fig.colorbar(image, ax=axes[0].tolist(), label="accuracy")
     path = folder / "needle_heatmap.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")
