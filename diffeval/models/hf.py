@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -19,6 +20,9 @@ class HFBackend:
             raise InputError(f"model {loaded.info.name}: diffeval needs a fast (tokenizers) tokenizer")
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
+        # encoding gets its own copy: the runner may build prompts in a thread while `generate` decodes, and a
+        # tokenizers object must not be used from two threads at once
+        self._encoder = copy.deepcopy(loaded.tokenizer)
         self.info = loaded.info
         self.device = self.model.device
 
@@ -34,7 +38,7 @@ class HFBackend:
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         # a chat template already carries its own BOS; raw prompts get the tokenizer's special tokens
         add_special = special_tokens and not (self.tokenizer.bos_token and text.startswith(self.tokenizer.bos_token))
-        enc = self.tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
+        enc = self._encoder(text, add_special_tokens=add_special, return_offsets_mapping=True)
         return Encoding(ids=enc["input_ids"], offsets=[tuple(o) for o in enc["offset_mapping"]])
 
     @torch.inference_mode()
