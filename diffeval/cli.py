@@ -190,7 +190,7 @@ def run_suite(
     for report in reports:
         _print_report(report)
     console.print(f"results: {folder}  (report: {folder / 'report' / 'report.html'})")
-    _apply_gates(gates, runs)
+    _apply_gates(gates, reports)
 
 
 @app.command("report")
@@ -215,7 +215,7 @@ def report(
         if item.damaged:
             err_console.print(f"warning: skipped {item.damaged} damaged line(s) in {item.folder.samples_path}")
     console.print(f"wrote {', '.join(str(p) for r in reports for p in r.written)}", soft_wrap=True)
-    _apply_gates(gates, folders)
+    _apply_gates(gates, reports)
 
 
 @app.command("compare")
@@ -243,10 +243,11 @@ def compare(
         sys.exit(1)
 
 
-def _apply_gates(gates, folders) -> None:
+def _apply_gates(gates, reports) -> None:
+    """Gates on the records the reports were made from (no second read of samples.jsonl)."""
     from diffeval.report.gates import check_thresholds
 
-    failures = check_thresholds(gates, folders) if gates else []
+    failures = check_thresholds(gates, [(r.task, r.frame) for r in reports]) if gates else []
     for failure in failures:
         err_console.print(f"gate failed: {failure}", markup=False, soft_wrap=True)
     if failures:

@@ -114,6 +114,3 @@ TABLE1 = {
         "average": 60.6,
     },
 }
-
-# Figure 8 anchor: HellaSwag zero-shot accuracy (%) of the unquantized (16-bit) 350B-token models (Table 8).
-FIGURE8_16BIT = {"paper: Transformer-3B": 63.4, "paper: DIFF-3B": 66.2}

@@ -8,8 +8,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from diffeval.config import RunConfig
 from diffeval.errors import InputError
 
@@ -94,10 +92,6 @@ class RunFolder:
                 with self.samples_path.open("r+b") as handle:
                     handle.truncate(keep)
         return self.samples_path.open("a", encoding="utf-8")
-
-    def frame(self) -> pd.DataFrame:
-        records, _ = self.read_records()
-        return pd.DataFrame.from_records(records)
 
 
 def append_record(handle, record: dict[str, Any]) -> None:

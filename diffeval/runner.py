@@ -59,7 +59,8 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
     console = console or Console(stderr=True)
     task = TASKS[config.task]
     infos = check_models(config)
-    task.check_inputs(config)
+    if hasattr(task, "check_inputs"):  # fail before any work on unreadable data or a bad judge
+        task.check_inputs(config)
     folder = RunFolder(config.out_dir())
     folder.prepare(config, {"versions": library_versions(), "models": infos})
     # a task may need the models' tokenizers before it can build samples (ICL's `shots=max`)

@@ -82,7 +82,6 @@ SPECS = {
     "2wikimqa": _PASSAGES_QA,
 }
 DATASETS = tuple(SPECS)
-LONGBENCH = ("multi_news", "qasper", "hotpotqa", "2wikimqa")
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,7 @@ class QuantSettings:
 _quant = QuantSettings()
 
 
-def quantized_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
+def quantized_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
     groups = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(groups, dim=1)
     value = value.repeat_interleave(groups, dim=1)

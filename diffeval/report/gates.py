@@ -57,12 +57,19 @@ def run_folders(paths: list[str | Path]) -> list[RunFolder]:
     return folders
 
 
-def metric_values(folders: list[RunFolder]) -> dict[tuple[str, str, str], pd.Series]:
-    """(task, metric, model) → per-sample values indexed by sample_id."""
-    values = {}
+def load_runs(folders: list[RunFolder]) -> list[tuple[str, pd.DataFrame]]:
+    """(task, records) of each run folder."""
+    runs = []
     for folder in folders:
         run, frame, _ = load_records(folder)
-        task = run["config"]["task"]
+        runs.append((run["config"]["task"], frame))
+    return runs
+
+
+def metric_values(runs: list[tuple[str, pd.DataFrame]]) -> dict[tuple[str, str, str], pd.Series]:
+    """(task, metric, model) → per-sample values indexed by sample_id."""
+    values = {}
+    for task, frame in runs:
         for metric, column in TASKS[task].METRICS.items():
             scored = frame.dropna(subset=[column])
             for model, group in scored.groupby("model", sort=False):
@@ -70,9 +77,9 @@ def metric_values(folders: list[RunFolder]) -> dict[tuple[str, str, str], pd.Ser
     return values
 
 
-def check_thresholds(gates: list[Threshold], folders: list[RunFolder]) -> list[str]:
+def check_thresholds(gates: list[Threshold], runs: list[tuple[str, pd.DataFrame]]) -> list[str]:
     """Failure messages of the gates that are missed (a metric that is absent is a failure too)."""
-    values = metric_values(folders)
+    values = metric_values(runs)
     failures = []
     for gate in gates:
         series = values.get((gate.task, gate.metric, gate.model))
@@ -85,7 +92,7 @@ def check_thresholds(gates: list[Threshold], folders: list[RunFolder]) -> list[s
 
 def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: float) -> pd.DataFrame:
     """Every metric both sides share: old and new means, the drop, and a paired test on the shared samples."""
-    before, after = metric_values(old), metric_values(new)
+    before, after = metric_values(load_runs(old)), metric_values(load_runs(new))
     rows = []
     for key in sorted(set(before) & set(after)):
         shared = before[key].index.intersection(after[key].index)

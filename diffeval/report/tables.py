@@ -63,6 +63,7 @@ class RunReport:
     tables: dict[str, pd.DataFrame]
     note: str
     damaged: int
+    frame: pd.DataFrame  # the records the tables came from (gates reuse them)
     plots: list[Path] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
 
@@ -89,7 +90,7 @@ def report_run(folder: RunFolder, formats: list[str], target: Path, paper: bool 
     paired = paired_table(run, frame, task)
     if not paired.empty:
         tables["paired"] = paired
-    report = RunReport(folder, name, tables, task.TABLE_NOTE, damaged, written=[target / "summary.csv"])
+    report = RunReport(folder, name, tables, task.TABLE_NOTE, damaged, frame, written=[target / "summary.csv"])
     if "md" in formats:
         report.written.append(_write(target / "table.md", markdown(tables, task.TABLE_NOTE)))
     if "csv" in formats:

@@ -47,10 +47,6 @@ def make_samples(options, seed: int, limit: int | None = None) -> list[Setting]:
     ]
 
 
-def check_inputs(config) -> None:
-    return None
-
-
 def evaluate(batch: list[Setting], backend: Backend, config) -> list[dict]:
     options = config.options
     records = []

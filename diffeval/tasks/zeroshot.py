@@ -30,10 +30,6 @@ def make_samples(options, seed: int, limit: int | None = None) -> list[Benchmark
     return [Benchmark(hashlib.sha256(f"zeroshot|{t}".encode()).hexdigest()[:16], t) for t in options.lm_tasks]
 
 
-def check_inputs(config) -> None:
-    return None
-
-
 def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[dict]:
     options = config.options
     start = time.perf_counter()
