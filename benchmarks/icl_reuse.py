@@ -39,13 +39,24 @@ def main() -> None:
         train_tokenizer([e.text for e in data.train[:2000]] + data.labels, 1000, root / "tok")
         build_tiny_model("diff", root / "tok", root / "diff", max_positions=32768)
         backend = HFBackend(load_model(ModelSpec("diff", str(root / "diff")), "cpu"))
-        config = build_config("icl", {}, {"models": [f"diff={root / 'diff'}"], "data_dir": args.data_dir,
-                                          "ctx": str(args.block + 64), "shots": "max", "test_size": 250})
+        config = build_config(
+            "icl",
+            {},
+            {
+                "models": [f"diff={root / 'diff'}"],
+                "data_dir": args.data_dir,
+                "ctx": str(args.block + 64),
+                "shots": "max",
+                "test_size": 250,
+            },
+        )
         shots = icl.prepare(config)[("trec", 0)]
         run = icl.Run("trec", shots, "random", 0, 0)
         prefix = backend.encode(icl.demonstration_block(run, args.data_dir, 0)).ids
-        queries = [backend.encode(icl.format_example("trec", data.test[i].text, None), special_tokens=False).ids
-                   for i in icl.test_ids(config.options, "trec", 0)]
+        queries = [
+            backend.encode(icl.format_example("trec", data.test[i].text, None), special_tokens=False).ids
+            for i in icl.test_ids(config.options, "trec", 0)
+        ]
         choices = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
 
         def predictions(scores):
@@ -60,15 +71,21 @@ def main() -> None:
         naive_subset_seconds = time.perf_counter() - start
         naive_seconds = naive_subset_seconds * len(queries) / len(subset)
         same = predictions(naive) == predictions(reused[: len(subset)])
-        print(f"# TREC, {shots} shots = {len(prefix)}-token demonstration block, {len(queries)} queries x "
-              f"{len(choices)} labels, tiny DiffLlama, CPU\n")
+        print(
+            f"# TREC, {shots} shots = {len(prefix)}-token demonstration block, {len(queries)} queries x "
+            f"{len(choices)} labels, tiny DiffLlama, CPU\n"
+        )
         print("path | seconds | note")
         print("--- | --- | ---")
         print(f"reuse (block KV cache once) | {reuse_seconds:.1f} | all {len(queries)} queries")
-        print(f"naive (full prompt per label) | {naive_seconds:.1f} | {naive_subset_seconds:.1f} s for "
-              f"{len(subset)} queries, scaled linearly to {len(queries)}")
-        print(f"\nnaive / reuse: {naive_seconds / reuse_seconds:.1f}x (goal >= 50x); "
-              f"same predictions on the timed subset: {same}")
+        print(
+            f"naive (full prompt per label) | {naive_seconds:.1f} | {naive_subset_seconds:.1f} s for "
+            f"{len(subset)} queries, scaled linearly to {len(queries)}"
+        )
+        print(
+            f"\nnaive / reuse: {naive_seconds / reuse_seconds:.1f}x (goal >= 50x); "
+            f"same predictions on the timed subset: {same}"
+        )
 
 
 if __name__ == "__main__":

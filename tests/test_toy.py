@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import PreTrainedTokenizerFast
 
 from conftest import run_cli
 from diffeval.config import BUILTIN_MODELS, build_config, builtin_models
 from diffeval.tasks.needle import CITIES
-from diffeval.toy.corpus import TRAIN_PLACES
+from diffeval.toy.corpus import TRAIN_PLACES, DocumentMaker
 from diffeval.toy.train import TrainConfig, train
 
 REFERENCE_RUN = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
@@ -63,6 +64,28 @@ def test_default_run_reproduces_the_reference_run(tmp_path):
     card = (BUILTIN_MODELS / "MODEL_CARD.md").read_text()
     for model, value in accuracy.items():
         assert f"toy-{model} | {value:.2f}" in card  # the model card reports what the weights do
+
+
+def test_corpus_documents_are_exact_length_and_weight_only_predictable_tokens():
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(BUILTIN_MODELS / "toy-base")
+    needles = DocumentMaker(tokenizer, answer_weight=3.0, copy_share=0.0)
+    for index in range(20):
+        doc = needles.make(0, index, 256)
+        assert len(doc.ids) == len(doc.weights) == 256
+        text = tokenizer.decode(doc.ids)
+        haystack = text.split("\n\n")[1]
+        assert "The special magic number for" in haystack and "mentioned in the provided text" in text
+        # answer digits (weight 3) repeat a fact's digits, which are random and carry no loss
+        first_answer = tokenizer.decode([t for t, w in zip(doc.ids, doc.weights, strict=True) if w == 3.0][:7])
+        assert first_answer.isdigit() and f"is: {first_answer}." in haystack
+
+    copies = DocumentMaker(tokenizer, copy_share=1.0)
+    for index in range(20):
+        doc = copies.make(0, index, 128)
+        assert len(doc.ids) == len(doc.weights) == 128
+        span = doc.weights.index(1.0) - 1  # BOS and the first span carry no loss: they are random
+        assert span >= 8 and all(doc.ids[i] == doc.ids[i - span] for i in range(span + 1, 128))
+        assert set(doc.weights[span + 1 :]) == {1.0}
 
 
 def test_builtin_names_work_anywhere(tmp_path):

@@ -20,7 +20,7 @@ def train_command(
     seed: Annotated[int, Opt(help="model initialisation seed")] = 0,
     data_seed: Annotated[int, Opt(help="corpus seed")] = 0,
     tokens_per_step: Annotated[int, Opt(help="tokens per batch at every curriculum length")] = 2048,
-    lr: Annotated[float, Opt(help="peak AdamW learning rate")] = 2e-3,
+    lr: Annotated[float, Opt(help="peak AdamW learning rate")] = 1e-3,
 ) -> None:
     """Train one model (resumes from WORK/checkpoint.pt when present)."""
     from diffeval.toy.train import TrainConfig, train

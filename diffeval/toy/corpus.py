@@ -668,10 +668,13 @@ class DocumentMaker:
     newline, a digit), so the concatenated piece encodings equal the encoding of the whole text.
     """
 
-    def __init__(self, tokenizer, answer_weight: float = 3.0):
+    def __init__(self, tokenizer, answer_weight: float = 3.0, copy_share: float = 0.0):
         self.tokenizer = tokenizer
         self.answer_weight = answer_weight
+        self.copy_share = copy_share
         self._cache: dict[str, list[int]] = {}
+        self._digits = [self.encode(str(d))[0] for d in range(10)]
+        self._plain_tokens = [i for i in range(len(tokenizer)) if i not in tokenizer.all_special_ids]
 
     def encode(self, text: str) -> list[int]:
         if text not in self._cache:
@@ -680,6 +683,8 @@ class DocumentMaker:
 
     def make(self, seed: int, index: int, length: int) -> Document:
         rng = random.Random(f"toy-doc|seed={seed}|i={index}|L={length}")
+        if rng.random() < self.copy_share:
+            return self._copy_document(rng, length)
         # facts and question rounds grow with the length; several per document so each one trains retrieval.
         # The shortest documents hold one fact: plain copying, the circuit multi-fact retrieval builds on.
         n_facts = rng.randint(1, max(1, length // 96))
@@ -726,6 +731,23 @@ class DocumentMaker:
         ids, weights = ids[:length], weights[:length]
         pad = length - len(ids)
         return Document(ids + [self.tokenizer.pad_token_id] * pad, weights + [0.0] * pad)
+
+    def _copy_document(self, rng: random.Random, length: int) -> Document:
+        """A random span of tokens and 7-digit numbers, repeated to the length; loss on the repeats only.
+
+        Nothing but copying predicts a repeat, so these documents train general induction heads, including
+        copying digit strings whose digits recur (which needs more than the previous token to find the next).
+        """
+        span: list[int] = []
+        span_length = rng.randint(8, max(8, min(64, length // 2)))
+        while len(span) < span_length:
+            if rng.random() < 0.5:
+                span += [self._digits[int(d)] for d in str(rng.randint(1_000_000, 9_999_999))]
+            else:
+                span.append(rng.choice(self._plain_tokens))
+        ids = [self.tokenizer.bos_token_id] + (span * (length // len(span) + 1))[: length - 1]
+        weights = [0.0] * (1 + len(span)) + [1.0] * (length - 1 - len(span))
+        return Document(ids, weights)
 
     @staticmethod
     def _fact_pieces(place: str, number: str) -> list[tuple[str, float]]:

@@ -42,7 +42,7 @@ class TrainConfig:
     heads: int = 4
     head_dim: int = 32
     ffn: int = 384
-    lr: float = 2e-3
+    lr: float = 1e-3
     warmup: int = 100
     weight_decay: float = 0.1
     tokens_per_step: int = 2048  # small batches: more optimizer updates per CPU-minute
@@ -52,6 +52,7 @@ class TrainConfig:
     stage_max_fraction: list[float] = field(default_factory=lambda: [0.5, 0.65, 0.8, 1.0])
     advance_accuracy: float = 0.9
     answer_weight: float = 3.0
+    copy_share: float = 0.25  # share of documents that are pure repeated random spans (see DocumentMaker)
     eval_every: int = 100
     eval_samples: int = 4  # per depth, over depths 0/25/50/75/100
     checkpoint_minutes: float = 3.0
@@ -107,7 +108,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     tokenizer = build_tokenizer(config)
-    maker = DocumentMaker(tokenizer, answer_weight=config.answer_weight)
+    maker = DocumentMaker(tokenizer, answer_weight=config.answer_weight, copy_share=config.copy_share)
     model = build_model(config, len(tokenizer))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
     checkpoint_path, log_path = work / "checkpoint.pt", work / "loss.csv"
