@@ -42,6 +42,11 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return {name: root / name for name in ("diff", "base", "base_a", "tok_a", "tok_b")}
 
 
+def pair_options(tiny_models: dict[str, Path]) -> list[str]:
+    """`-m diff=… -m base=…` for the tiny DIFF model and its baseline (different tokenizers)."""
+    return ["-m", f"diff={tiny_models['diff']}", "-m", f"base={tiny_models['base']}"]
+
+
 def run_cli(*args: str, timeout: int = 600, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """The real command line in a subprocess: real exit codes, real stderr."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}

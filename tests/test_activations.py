@@ -11,7 +11,7 @@ from transformers import AttentionInterface, AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from conftest import run_cli
+from conftest import pair_options, run_cli
 from diffeval.config import ModelSpec, OutliersOptions
 from diffeval.models.activations import (
     RunningStats,
@@ -217,10 +217,7 @@ def test_outliers_cli(tiny_models, tmp_path):
     result = run_cli(
         "run",
         "outliers",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         "--tokens",
         "2k",
         "--ctx",

@@ -7,7 +7,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
-from conftest import run_cli
+from conftest import pair_options, run_cli
 from diffeval.config import AttentionOptions, ModelSpec
 from diffeval.errors import InputError
 from diffeval.models.capture import capturing
@@ -115,10 +115,7 @@ def test_attention_cli_writes_table3_and_plots(tiny_models, tmp_path):
     result = run_cli(
         "run",
         "attention",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         "--ctx",
         "1k",
         "--depths",

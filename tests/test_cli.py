@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import pair_options, run_cli
 
 
 def _records(folder: Path) -> list[dict]:
@@ -40,10 +40,7 @@ def finished_run(tiny_models, tmp_path_factory) -> Path:
     result = run_cli(
         "run",
         "needle",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         *FINISHED_RUN_OPTIONS,
         "--out",
         str(out),
@@ -143,10 +140,7 @@ def test_resume_after_kill_loses_and_duplicates_nothing(tiny_models, tmp_path):
     args = [
         "run",
         "needle",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         "--ctx",
         "1k",
         "--depths",

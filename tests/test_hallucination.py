@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATASETS, run_cli
+from conftest import SHARED_DATASETS, pair_options, run_cli
 from diffeval.config import ModelSpec
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
@@ -221,10 +221,7 @@ def test_cli_with_api_judge_never_writes_the_key(server, tiny_models, local_data
     args = [
         "run",
         "hallucination",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         "--dataset",
         "xsum,hotpotqa",
         "--samples",
@@ -308,10 +305,7 @@ def test_real_xsum_with_overlap_judge(tiny_models, tmp_path):
     result = run_cli(
         "run",
         "hallucination",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         "--dataset",
         "xsum",
         "--samples",

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import SHARED_DATASETS, run_cli
+from conftest import SHARED_DATASETS, pair_options, run_cli
 from diffeval.config import ModelSpec, build_config
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
@@ -189,10 +189,7 @@ def test_icl_cli_end_to_end(data_dir, tiny_models, tmp_path):
     result = run_cli(
         "run",
         "icl",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         "--dataset",
         "trec",
         "--shots",

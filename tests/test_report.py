@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import pair_options, run_cli
 from diffeval.report import stats
 from diffeval.report.tables import build_report
 from diffeval.results import RunFolder
@@ -255,10 +255,7 @@ def test_suite_runs_every_task_and_gates(tiny_models, tmp_path):
         "run",
         "suite",
         "ci-smoke",
-        "-m",
-        f"diff={tiny_models['diff']}",
-        "-m",
-        f"base={tiny_models['base']}",
+        *pair_options(tiny_models),
         "--out",
         str(out),
     ]
