@@ -27,10 +27,11 @@ def measure(mode: str, model_dir: str, ctx: int, cap_gb: float) -> dict:
     """Runs in a child process; prints one JSON line."""
     import torch
 
-    from diffeval.config import AttentionOptions, ModelSpec
     from diffeval.models.hf import HFBackend
     from diffeval.models.loading import load_model
+    from diffeval.models.spec import ModelSpec
     from diffeval.tasks import attention, needle
+    from diffeval.tasks.attention import AttentionOptions
 
     attn_impl = "eager" if mode == "eager" else "sdpa"
     backend = HFBackend(load_model(ModelSpec("diff", model_dir), "cpu", attn_impl=attn_impl))

@@ -16,11 +16,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from diffeval.config import ModelSpec, build_config
+from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model, train_tokenizer
-from diffeval.tasks import icl
+from diffeval.tasks import build_config, icl
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
@@ -50,7 +51,8 @@ def main() -> None:
                 "test_size": 250,
             },
         )
-        shots = icl.prepare(config)[("trec", 0)]
+        tokenizers = {spec.name: open_tokenizer(spec, EngineSettings()) for spec in config.models}
+        shots = icl.prepare(config, tokenizers)[("trec", 0)]
         run = icl.Run("trec", shots, "random", 0, 0)
         prefix = backend.encode(icl.demonstration_block(run, args.data_dir, 0)).ids
         queries = [

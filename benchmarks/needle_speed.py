@@ -24,12 +24,12 @@ import torch
 from rich.console import Console
 
 from diffeval import runner
-from diffeval.config import ModelSpec, build_config
 from diffeval.data.haystack import NOISE_SENTENCES
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model, train_tokenizer
-from diffeval.tasks import needle
+from diffeval.tasks import build_config, needle
 
 DEPTHS = [0, 25, 50, 75, 100]
 

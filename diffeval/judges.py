@@ -221,13 +221,12 @@ class HFJudge(Judge):
     """A local causal LM: the verdict is whichever of " yes" / " no" is likelier after the judge prompt."""
 
     def __init__(self, cache, path: str, device: str = "auto"):
-        from diffeval.config import ModelSpec
-        from diffeval.models.hf import HFBackend
-        from diffeval.models.loading import load_model
+        from diffeval.models.backend import EngineSettings, make_backend
+        from diffeval.models.spec import ModelSpec
 
         super().__init__(cache)
         self.id = f"hf:{path}"
-        self.backend = HFBackend(load_model(ModelSpec("judge", path), device))
+        self.backend = make_backend(ModelSpec("judge", path), EngineSettings(device=device), "hf")
         self.max_tokens = self.backend.info.max_positions or 4096
 
     def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:

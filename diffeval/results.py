@@ -1,18 +1,51 @@
-"""A run folder: run.json (config, versions, model metadata) and samples.jsonl (append-only, resumable)."""
+"""A run folder: run.json (config, versions, model metadata) and samples.jsonl (append-only, resumable).
+
+While a run writes, it holds the folder's lock (diffeval/lock.py). Readers (reports, compare, resume) never need it:
+they drop a partial last line and duplicate (model, sample_id) rows, and say how many.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from diffeval.config import RunConfig
+from diffeval.config import RunConfig, changed_keys
 from diffeval.errors import InputError
+from diffeval.lock import LOCK_FILE
 
 RUN_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
+
+
+@dataclass
+class Records:
+    rows: list[dict[str, Any]]  # complete records, the first of each (model, sample_id)
+    damaged: int  # lines that are not a complete record (a killed run may leave a partial last line)
+    duplicates: int  # later rows repeating a (model, sample_id); folders from before the lock may hold them
+
+    def done_keys(self) -> set[tuple[str, str]]:
+        return {(r["model"], r["sample_id"]) for r in self.rows}
+
+
+class RecordWriter:
+    """Appends records to samples.jsonl, each flushed as it is written, so a kill loses at most the current one."""
+
+    def __init__(self, handle):
+        self._handle = handle
+
+    def append(self, record: dict[str, Any]) -> None:
+        self._handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+        self._handle.flush()
+
+    def __enter__(self) -> RecordWriter:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._handle.close()
 
 
 class RunFolder:
@@ -23,52 +56,67 @@ class RunFolder:
     def samples_path(self) -> Path:
         return self.path / SAMPLES_FILE
 
-    def prepare(self, config: RunConfig, metadata: dict[str, Any]) -> None:
-        """Start or resume a run. A folder holding a different run is refused unless --overwrite."""
-        existing = self.read_run()
-        if existing is not None and not config.overwrite:
-            old, new = _flat(RunConfig.from_dict(existing["config"]).identity()), _flat(config.identity())
-            if old != new:
-                changed = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-                raise InputError(
-                    f"{self.path} holds a run with a different config ({', '.join(changed)} differ): "
-                    "choose another --out, or pass --overwrite to replace it"
-                )
-        if config.overwrite and self.path.exists():
-            shutil.rmtree(self.path)
+    def check_identity(self, config: RunConfig) -> None:
+        """Refuse a folder that holds a different run, unless --overwrite. Changes nothing on disk."""
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"--out {self.path} is a file: give a folder path")
-        self.path.mkdir(parents=True, exist_ok=True)
-        run = existing if existing is not None and not config.overwrite else {"created": _now()}
+        existing = self.read_run()
+        if existing is None or config.overwrite:
+            return
+        changed = changed_keys(config.identity_of(existing["config"]), config.identity())
+        if changed:
+            raise InputError(
+                f"{self.path} holds a run with a different config ({', '.join(changed)} differ): "
+                "choose another --out, or pass --overwrite to replace it"
+            )
+
+    def prepare(self, config: RunConfig, metadata: dict[str, Any]) -> None:
+        """Start or resume a run (call with the folder's lock held). --overwrite empties the folder first."""
+        existing = None if config.overwrite else self.read_run()
+        if config.overwrite:
+            for child in self.path.iterdir():
+                if child.name != LOCK_FILE:
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+        run = existing if existing is not None else {"created": _now()}
         run.update({"config": config.to_dict(), "updated": _now(), **metadata})
-        (self.path / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+        self._write_run(run)
 
     def record_model(self, name: str, info: dict[str, Any]) -> None:
         """Replace a model's config-only metadata with what loading it showed (parameters, learned λ)."""
         run = self.read_run() or {}
         run.setdefault("models", {})[name] = info
-        (self.path / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+        self._write_run(run)
+
+    def _write_run(self, run: dict[str, Any]) -> None:
+        temporary = self.path / f".{RUN_FILE}.tmp"  # write, then rename: a kill never leaves half a run.json
+        temporary.write_text(json.dumps(run, indent=2) + "\n")
+        temporary.replace(self.path / RUN_FILE)
 
     def read_run(self) -> dict[str, Any] | None:
+        """run.json, checked: None when the folder has none; one clear error when it is damaged or edited."""
         path = self.path / RUN_FILE
         if not path.is_file():
             return None
+        fix = "repair it, or pass --overwrite to start the run again"
         try:
-            return json.loads(path.read_text())
-        except json.JSONDecodeError:
-            raise InputError(
-                f"{path} is not valid JSON: repair it, or pass --overwrite to start the run again"
-            ) from None
+            run = json.loads(path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise InputError(f"{path} is not valid JSON: {fix}") from None
+        config = run.get("config") if isinstance(run, dict) else None
+        if not isinstance(config, dict) or not isinstance(config.get("task"), str):
+            raise InputError(f"{path} has no config with a task name: {fix}")
+        if not isinstance(config.get("models", []), list) or not isinstance(config.get("options", {}), dict):
+            raise InputError(f"{path} has a damaged config (models or options): {fix}")
+        if not isinstance(run.get("models", {}), dict):
+            raise InputError(f"{path} has damaged model metadata: {fix}")
+        return run
 
-    def done_keys(self) -> set[tuple[str, str]]:
-        return {(r["model"], r["sample_id"]) for r in self.read_records()[0]}
-
-    def read_records(self) -> tuple[list[dict[str, Any]], int]:
-        """All complete records, and how many lines were damaged (a killed run may leave a partial last line)."""
+    def read_records(self) -> Records:
+        """All complete records, first occurrence of each (model, sample_id), with counts of what was dropped."""
         if not self.samples_path.is_file():
-            return [], 0
-        records, damaged = [], 0
-        with self.samples_path.open(encoding="utf-8") as handle:
+            return Records([], 0, 0)
+        rows, seen, damaged, duplicates = [], set(), 0, 0
+        with self.samples_path.open(encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 if not line.strip():
                     continue
@@ -77,31 +125,30 @@ class RunFolder:
                 except json.JSONDecodeError:
                     damaged += 1
                     continue
-                if isinstance(row, dict) and "model" in row and "sample_id" in row:
-                    records.append(row)
-                else:
+                if not (
+                    isinstance(row, dict)
+                    and isinstance(row.get("model"), str)
+                    and isinstance(row.get("sample_id"), str)
+                ):
                     damaged += 1
-        return records, damaged
+                    continue
+                key = (row["model"], row["sample_id"])
+                if key in seen:
+                    duplicates += 1
+                    continue
+                seen.add(key)
+                rows.append(row)
+        return Records(rows, damaged, duplicates)
 
-    def open_for_append(self):
-        """Append handle; a partial last line left by a killed run is cut so new records start on a fresh line."""
+    def open_for_append(self) -> RecordWriter:
+        """A writer; a partial last line left by a killed run is cut so new records start on a fresh line."""
         if self.samples_path.is_file():
             data = self.samples_path.read_bytes()
             if data and not data.endswith(b"\n"):
                 keep = data.rfind(b"\n") + 1
                 with self.samples_path.open("r+b") as handle:
                     handle.truncate(keep)
-        return self.samples_path.open("a", encoding="utf-8")
-
-
-def append_record(handle, record: dict[str, Any]) -> None:
-    handle.write(json.dumps(record, ensure_ascii=False) + "\n")
-    handle.flush()
-
-
-def _flat(data: dict[str, Any]) -> dict[str, Any]:
-    options = data.get("options", {})
-    return {**{k: v for k, v in data.items() if k != "options"}, **options}
+        return RecordWriter(self.samples_path.open("a", encoding="utf-8"))
 
 
 def _now() -> str:

@@ -1,12 +1,13 @@
-"""The loop: for each model, for each sample not yet done → backend → score → record (flushed per sample)."""
+"""The loop: for each model, for each sample not yet done → backend → score → record (flushed per sample).
+
+The runner holds the run folder's lock for as long as it writes, so it is the folder's only writer.
+"""
 
 from __future__ import annotations
 
-import gc
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import torch
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -19,17 +20,19 @@ from rich.progress import (
 
 from diffeval.config import RunConfig
 from diffeval.errors import InputError
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import describe, library_versions, load_config, load_model
-from diffeval.results import RunFolder, append_record
+from diffeval.lock import FolderLock
+from diffeval.models.backend import EngineSettings, make_backend, open_tokenizer
+from diffeval.models.loading import check_checkpoint, describe, library_versions
+from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
+from diffeval.tasks.base import Task
 
 
 def check_models(config: RunConfig) -> dict[str, dict]:
-    """Fail fast, before any work: every model's config loads and every context fits its positions."""
+    """Fail fast, before any work: every model's checkpoint is whole and every context fits its positions."""
     infos = {}
     for spec in config.models:
-        info = describe(spec, load_config(spec, config.trust_remote_code), kind=spec.kind)
+        info = describe(spec, check_checkpoint(spec, config.trust_remote_code), kind=spec.kind)
         longest = max(config.options.ctx)
         if info.max_positions and longest > info.max_positions and not config.allow_overlength:
             raise InputError(
@@ -40,34 +43,51 @@ def check_models(config: RunConfig) -> dict[str, dict]:
     return infos
 
 
-def _with_prompts(task, chunks: list, backend, config):
-    """Yields (chunk, evaluate's extra arguments). Where the task builds prompts separately, the next chunk's are
-    built in a thread while the model works on this one (tokenizers release the GIL), hiding much of that time."""
-    if not hasattr(task, "build_prompts"):
-        yield from ((chunk, {}) for chunk in chunks)
+def _prepared_chunks(task: Task, chunks: list, backend, config):
+    """Yields what `evaluate` takes for each chunk. Where the task prepares chunks (needle prompts), the next chunk's
+    is built in a thread while the model works on this one (tokenizers release the GIL), hiding much of that time."""
+    if task.prepare_batch is None:
+        yield from chunks
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(task.build_prompts, chunks[0], backend, config) if chunks else None
-        for i, chunk in enumerate(chunks):
-            prompts = pending.result()
+        pending = pool.submit(task.prepare_batch, chunks[0], backend, config) if chunks else None
+        for i in range(len(chunks)):
+            prepared = pending.result()
             if i + 1 < len(chunks):
-                pending = pool.submit(task.build_prompts, chunks[i + 1], backend, config)
-            yield chunk, {"prompts": prompts}
+                pending = pool.submit(task.prepare_batch, chunks[i + 1], backend, config)
+            yield prepared
+
+
+def make_samples(task: Task, config: RunConfig) -> list:
+    """The run's samples: a pure function of the config (and, for `prepare`, of the models' tokenizers)."""
+    prepared = None
+    if task.prepare is not None:
+        settings = EngineSettings.from_config(config)
+        tokenizers = {spec.name: open_tokenizer(spec, settings, config.backend) for spec in config.models}
+        prepared = task.prepare(config, tokenizers)
+    return task.make_samples(config.options, config.seed, config.limit, prepared)
 
 
 def run(config: RunConfig, console: Console | None = None) -> RunFolder:
     console = console or Console(stderr=True)
     task = TASKS[config.task]
     infos = check_models(config)
-    if hasattr(task, "check_inputs"):  # fail before any work on unreadable data or a bad judge
+    if task.check_inputs is not None:  # fail before any work on unreadable data or a bad judge
         task.check_inputs(config)
     folder = RunFolder(config.out_dir())
-    folder.prepare(config, {"versions": library_versions(), "models": infos})
-    # a task may need the models' tokenizers before it can build samples (ICL's `shots=max`)
-    prepared = task.prepare(config) if hasattr(task, "prepare") else None
-    extra = {"max_shots": prepared} if prepared is not None else {}
-    samples = task.make_samples(config.options, config.seed, config.limit, **extra)
-    done = folder.done_keys()
+    folder.check_identity(config)  # before the lock: a refused run leaves the folder as it was
+    with FolderLock(folder.path, config.break_lock):
+        folder.prepare(config, {"versions": library_versions(), "models": infos})
+        samples = make_samples(task, config)
+        records = folder.read_records()
+        if records.duplicates:
+            console.print(f"note: {records.duplicates} duplicate record(s) in {folder.samples_path}; the first is kept")
+        done = records.done_keys()
+        _evaluate_all(task, config, samples, done, folder, console)
+    return folder
+
+
+def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folder: RunFolder, console) -> None:
     progress = Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -79,29 +99,26 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
         console=console,
         refresh_per_second=2,  # the bar redraws in a thread; rarer redraws leave the model more of the GIL
     )
-    with folder.open_for_append() as handle, progress:
+    settings = EngineSettings.from_config(config)
+    with folder.open_for_append() as writer, progress:
         for spec in config.models:
             todo = [s for s in samples if (spec.name, s.sample_id) not in done]
             bar = progress.add_task(spec.name, total=len(todo), rate="")
             if not todo:
                 continue
-            backend = HFBackend(
-                load_model(spec, config.device, config.dtype, config.attn_impl, config.trust_remote_code)
-            )
-            folder.record_model(spec.name, backend.info.to_dict())
-            tokens, start = 0, time.perf_counter()
-            if hasattr(task, "batches"):
-                chunks = task.batches(todo, config)
-            else:
-                chunks = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
-            for chunk, extra in _with_prompts(task, chunks, backend, config):
-                for record in task.evaluate(chunk, backend, config, **extra):
-                    append_record(handle, record)
-                    tokens += record["prompt_tokens"] + record["new_tokens"]
-                    rate = f"{tokens / (time.perf_counter() - start):,.0f} tok/s"
-                    progress.update(bar, advance=1, rate=rate)
-            del backend
-            gc.collect()
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
-    return folder
+            backend = make_backend(spec, settings, config.backend)
+            try:
+                folder.record_model(spec.name, backend.info.to_dict())
+                tokens, start = 0, time.perf_counter()
+                if task.batches is not None:
+                    chunks = task.batches(todo, config)
+                else:
+                    chunks = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
+                for prepared in _prepared_chunks(task, chunks, backend, config):
+                    for record in task.evaluate(prepared, backend, config):
+                        writer.append(record.to_dict())
+                        tokens += record.prompt_tokens + record.new_tokens
+                        rate = f"{tokens / (time.perf_counter() - start):,.0f} tok/s"
+                        progress.update(bar, advance=1, rate=rate)
+            finally:
+                backend.close()

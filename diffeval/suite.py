@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from diffeval.config import RunConfig, build_config, load_yaml
+from diffeval.config import RunConfig, load_yaml
 from diffeval.errors import InputError
+from diffeval.tasks import build_config
 
 
 def suite_configs(preset: str, out: str | None, flags: dict) -> tuple[Path, list[RunConfig]]:

@@ -53,3 +53,23 @@ def run_cli(*args: str, timeout: int = 600, cwd: Path | None = None) -> subproce
     return subprocess.run(
         [sys.executable, "-m", "diffeval", *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd
     )
+
+
+def run_cli_in_process(*args: str) -> subprocess.CompletedProcess:
+    """The real command line in this process (no interpreter start-up): for the many fast-failing bad-input cases."""
+    import contextlib
+    import io
+
+    from diffeval.cli import main
+
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    argv = sys.argv
+    sys.argv = ["diffeval", *args]
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        sys.argv = argv
+    return subprocess.CompletedProcess(["diffeval", *args], code, stdout.getvalue(), stderr.getvalue())

@@ -12,7 +12,6 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from conftest import pair_options, run_cli
-from diffeval.config import ModelSpec, OutliersOptions
 from diffeval.models.activations import (
     RunningStats,
     histogram_median,
@@ -23,7 +22,9 @@ from diffeval.models.activations import (
 )
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
 from diffeval.tasks import outliers
+from diffeval.tasks.outliers import OutliersOptions
 
 pytest.importorskip("lm_eval", reason="lm-eval is an optional extra: pip install 'diffeval[lmeval]'")
 
@@ -74,7 +75,7 @@ def test_outlier_statistics_match_brute_force(tiny_models):
     backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
     config = SimpleNamespace(options=OutliersOptions(ctx=[96], tokens=192), seed=0)
     samples = outliers.make_samples(config.options, 0)
-    records = outliers.evaluate(samples, backend, config)
+    records = [r.to_dict() for r in outliers.evaluate(samples, backend, config)]
     assert len(records) == 2 and all(r["prompt_tokens"] == 96 for r in records)
     # brute force: the post-RoPE queries and keys of every layer, full T×T causal logits, sorted
     captured = {}

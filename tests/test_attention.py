@@ -8,13 +8,14 @@ import torch
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
 from conftest import pair_options, run_cli
-from diffeval.config import AttentionOptions, ModelSpec
 from diffeval.errors import InputError
 from diffeval.models.capture import capturing
 from diffeval.models.diff import split_differential
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
 from diffeval.tasks import attention, needle
+from diffeval.tasks.attention import AttentionOptions
 
 
 def _config(**options):
@@ -53,7 +54,7 @@ def _brute_force_shares(path, ids, rows, segments, lambdas):
 def test_shares_match_eager_attention_maps(tiny_models, model_name, rows, span, ctx):
     backend = HFBackend(load_model(ModelSpec(model_name, str(tiny_models[model_name])), "cpu"))
     sample = needle.make_sample(0, ctx, 50, 4, 2, 0)
-    [record] = attention.evaluate([sample], backend, _config(rows=rows, span=span))
+    [record] = [r.to_dict() for r in attention.evaluate([sample], backend, _config(rows=rows, span=span))]
     prompt = needle.build_prompt(sample, "noise", backend, ctx - 32, False)
     ids = list(prompt.ids)
     if rows == "answer":
@@ -72,7 +73,7 @@ def test_shares_match_eager_attention_maps(tiny_models, model_name, rows, span, 
 def test_differential_rows_sum_to_one_minus_lambda(tiny_models):
     backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
     sample = needle.make_sample(0, 1024, 0, 1, 1, 0)
-    [record] = attention.evaluate([sample], backend, _config())
+    [record] = [r.to_dict() for r in attention.evaluate([sample], backend, _config())]
     lambdas = [row["lambda"] for row in backend.info.lambdas]
     assert record["shares"]["diff"]["row_sum"] == pytest.approx([1 - lam for lam in lambdas], abs=1e-5)
     assert record["shares"]["A1"]["row_sum"] == pytest.approx([1.0, 1.0], abs=1e-5)

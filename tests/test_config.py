@@ -1,8 +1,10 @@
 import pytest
 
-from diffeval import config as config_module
-from diffeval.config import ModelSpec, build_config, parse_ctx
+from diffeval.config import parse_ctx
 from diffeval.errors import InputError
+from diffeval.models import spec as spec_module
+from diffeval.models.spec import ModelSpec
+from diffeval.tasks import build_config
 
 
 @pytest.mark.parametrize(
@@ -66,6 +68,6 @@ def test_identity_ignores_sample_counts():
 
 
 def test_no_model_and_no_builtin_pair_is_a_clear_error(monkeypatch, tmp_path):
-    monkeypatch.setattr(config_module, "BUILTIN_MODELS", tmp_path)  # a checkout without the shipped weights
+    monkeypatch.setattr(spec_module, "BUILTIN_MODELS", tmp_path)  # a checkout without the shipped weights
     with pytest.raises(InputError, match="no model given"):
         build_config("needle", {}, {})

@@ -2,9 +2,9 @@ import math
 
 import torch
 
-from diffeval.config import ModelSpec
 from diffeval.models.diff import differential_map, lambda_init, layer_lambdas
 from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
 
 
 def test_seed_example_rows_sum_to_one_minus_lambda_and_13_negative():

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from conftest import SHARED_DATASETS, pair_options, run_cli
-from diffeval.config import ModelSpec
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, VerdictCache, make_judge, parse_verdict
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
 from diffeval.tasks import hallucination
 
 SECRET = "sk-test-never-on-disk-4242"
@@ -326,3 +326,21 @@ def test_real_xsum_with_overlap_judge(tiny_models, tmp_path):
     assert "PROXY" in table and "not a hallucination rate" in table
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert records[0]["id"] == "38264402" and all(r["judge_kind"] == "proxy" for r in records)
+
+
+def test_a_run_whose_every_verdict_is_unparsed_writes_counts_and_tables(server, tiny_models, local_data, tmp_path):
+    server.script = [("reply", "I would rather not say.")] * 10
+    out = tmp_path / "unparsed"
+    result = run_cli(
+        "run", "hallucination", "-m", f"diff={tiny_models['diff']}", "--dataset", "xsum", "--samples", "2",
+        "--ctx", "1k", "--data-dir", str(local_data), "--judge", f"openai-compatible:{server.url}#m",
+        "--judge-cache", str(tmp_path / "c"), "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "Judging: samples, unparsed verdicts" in (out / "table.md").read_text()
+    judging = (out / "judging.csv").read_text().splitlines()
+    assert judging[0] == "model,dataset,samples,unparsed_verdicts,truncated,judge" and judging[1].startswith(
+        "diff,xsum,2,2,"
+    )
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [r["verdict"] for r in records] == [None, None]

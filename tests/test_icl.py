@@ -9,12 +9,13 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import SHARED_DATASETS, pair_options, run_cli
-from diffeval.config import ModelSpec, build_config
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
+from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
-from diffeval.tasks import icl
+from diffeval.models.spec import ModelSpec
+from diffeval.tasks import build_config, icl
 
 QUESTIONS = [
     "How far is it from Denver to Aspen ?",
@@ -122,8 +123,9 @@ def test_samples_are_the_same_for_every_model_and_resolve_max(data_dir, tiny_mod
             "orders": "random:2,grouped",
         },
     )
-    max_shots = icl.prepare(config)
-    samples = icl.make_samples(config.options, config.seed, max_shots=max_shots)
+    tokenizers = {m.name: open_tokenizer(m, EngineSettings()) for m in config.models}
+    max_shots = icl.prepare(config, tokenizers)
+    samples = icl.make_samples(config.options, config.seed, prepared=max_shots)
     assert len(samples) == 2 * 3 * 4 and len({s.sample_id for s in samples}) == len(samples)
     k = max_shots[("trec", 0)]
     assert 2 < k < 60
@@ -166,7 +168,7 @@ def test_over_budget_runs_are_reported_not_truncated(data_dir, tiny_models):
     config = SimpleNamespace(options=_options(data_dir, ctx="256"), seed=0)
     batch = icl.make_samples(config.options, 0, limit=2)[:2]
     batch = [icl.ICLSample(s.sample_id, icl.Run("trec", 50, "random", 0, 0), "50", s.test_id, 0) for s in batch]
-    records = list(icl.evaluate(batch, backend, config))
+    records = [r.to_dict() for r in icl.evaluate(batch, backend, config)]
     assert [r["status"] for r in records] == ["over_budget", "over_budget"]
     assert all(r["prediction"] is None and r["prompt_tokens"] > 256 for r in records)
 
@@ -250,3 +252,13 @@ def test_real_trec_with_protocol_indices(tiny_models, tmp_path):
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [r["test_id"] for r in records[:5]] == [360, 17, 361, 411, 67]  # the protocol's fixed test rows
     assert {len(r["label_scores"]) for r in records} == {6, 50}
+
+
+def test_a_run_with_every_prompt_over_budget_writes_counts_and_tables(data_dir, tiny_models, tmp_path):
+    out = tmp_path / "over"
+    args = ["run", "icl", "-m", f"base={tiny_models['base']}", "--shots", "50", "--ctx", "256", "--test-size", "3"]
+    result = run_cli(*args, "--orders", "random:1", "--data-dir", str(data_dir), "--out", str(out))
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert "Runs over the context budget" in (out / "table.md").read_text()
+    assert not list(out.glob("*.png"))  # nothing was scored, so nothing is drawn
+    assert (out / "summary.csv").read_text().splitlines()[1] == "base,trec,50,random,0,0,0,,,"  # n = 0 scored

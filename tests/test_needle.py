@@ -2,12 +2,13 @@ from pathlib import Path
 
 import pytest
 
-from diffeval.config import ModelSpec, NeedleOptions
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
 from diffeval.tasks import needle
+from diffeval.tasks.needle import NeedleOptions
 
 
 @pytest.fixture(scope="module")

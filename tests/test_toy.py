@@ -10,7 +10,8 @@ from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
 from conftest import run_cli
-from diffeval.config import BUILTIN_MODELS, build_config, builtin_models
+from diffeval.models.spec import BUILTIN_MODELS, builtin_models
+from diffeval.tasks import build_config
 from diffeval.tasks.needle import CITIES
 from diffeval.toy.corpus import TRAIN_PLACES, DocumentMaker
 from diffeval.toy.train import TrainConfig, train

@@ -1,14 +1,30 @@
-"""The Backend protocol: everything a task asks of a model engine. Tasks never know which engine runs."""
+"""The Backend protocol (everything a task asks of a model engine), the engines diffeval has, and the factory that
+builds one. Tasks never know which engine runs; an engine never knows which task calls it.
+
+Adding an engine: one module with a class that implements `Backend` (plus classmethods `load(spec, settings)` and
+`tokenizer(spec, settings)`), and one `register_backend` line below. Engines from other packages register through
+the `diffeval.backends` entry-point group: each entry point names an `Engine` record.
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from functools import cache
+from importlib.metadata import entry_points
+from typing import Any, ClassVar, Protocol
 
-from torch import Tensor
+from diffeval.errors import InputError
+from diffeval.models.spec import ModelInfo, ModelSpec
 
-from diffeval.models.loading import ModelInfo
+# What an engine can do. A task lists the ones it needs; the runner refuses a mismatch before any work.
+CAPABILITIES = {
+    "generate": "greedy generation from token ids",
+    "score": "log-likelihoods of choices after a shared prefix",
+    "attention_rows": "per-head attention weight on key segments for chosen rows",
+    "torch_module": "the loaded transformers model itself (activations, quantized logits, lm-eval)",
+}
 
 
 @dataclass
@@ -24,7 +40,34 @@ class Generation:
     seconds: float
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """How an engine loads a model. Placement (device) stays out of a run's identity; dtype and attention
+    implementation are in it, as they change results."""
+
+    device: str = "auto"
+    dtype: str = "auto"
+    attn_impl: str = "sdpa"
+    trust_remote_code: bool = False
+
+    @classmethod
+    def from_config(cls, config) -> EngineSettings:
+        return cls(config.device, config.dtype, config.attn_impl, config.trust_remote_code)
+
+
+class Tokenizer(Protocol):
+    """A model's own tokenizer, without the model: for work done before an engine starts (`shots=max`)."""
+
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding: ...
+
+    def encode_many(self, texts: list[str], special_tokens: bool = True) -> list[list[int]]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
 class Backend(Protocol):
+    name: ClassVar[str]
+    capabilities: ClassVar[frozenset[str]]
     info: ModelInfo
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
@@ -33,14 +76,91 @@ class Backend(Protocol):
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         """Token ids of a full prompt (special tokens included unless told) and each token's character span."""
 
+    def decode(self, ids: list[int]) -> str:
+        """Text of token ids, special tokens skipped."""
+
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         """Greedy continuations of token-id prompts, cut at the first stop string."""
 
     def score_choices(
-        self, prefix: list[int], queries: list[list[int]], choices: list[list[int]]
+        self, prefix: list[int], queries: list[list[int]], choices: list[list[int]], reuse: bool = True
     ) -> Iterator[list[tuple[float, int]]]:
-        """Per query, (summed log-probability, token count) of every choice's tokens after prefix + query; the prefix
-        is computed once and reused for every query and choice."""
+        """Per query, (summed log-probability, token count) of every choice's tokens after prefix + query. With
+        `reuse` the prefix is computed once for every query and choice; without, each runs in full."""
 
-    def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> Tensor:
-        """(layers, heads, rows, segments): per-head attention weight on each key segment, for chosen rows only."""
+    def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> Any:
+        """A (layers, heads, rows, segments) float array (numpy): per-head attention weight on each key segment,
+        for chosen rows only."""
+
+    def torch_module(self) -> Any:
+        """An object with `.model` and `.tokenizer`: the loaded transformers objects, for tasks that need them."""
+
+    def close(self) -> None:
+        """Free the model and whatever the engine holds (memory, processes)."""
+
+
+@dataclass(frozen=True)
+class Engine:
+    name: str
+    target: str  # "module:Class", imported only when a model is loaded
+    capabilities: frozenset[str]
+    install: str = ""  # what to install when its module is missing
+
+
+BACKENDS: dict[str, Engine] = {}
+
+
+def register_backend(name: str, target: str, capabilities: set[str], install: str = "") -> None:
+    unknown = set(capabilities) - set(CAPABILITIES)
+    if unknown:
+        raise ValueError(f"backend {name}: unknown capabilities {sorted(unknown)}")
+    BACKENDS[name] = Engine(name, target, frozenset(capabilities), install)
+
+
+register_backend("hf", "diffeval.models.hf:HFBackend", {"generate", "score", "attention_rows", "torch_module"})
+
+
+@cache
+def _plugin_engines() -> dict[str, Engine]:
+    """Engines other packages register, loaded on first use (a plugin module may import diffeval itself)."""
+    return {engine.name: engine for engine in (point.load() for point in entry_points(group="diffeval.backends"))}
+
+
+def available_backends() -> dict[str, Engine]:
+    return {**BACKENDS, **_plugin_engines()}
+
+
+def check_backend(task: str, needs: frozenset[str], backend: str) -> None:
+    """One line, before any work, when the backend is unknown or cannot do what the task needs."""
+    engines = available_backends()
+    if backend not in engines:
+        raise InputError(f"unknown --backend {backend!r}: use one of {', '.join(engines)}")
+    missing = sorted(needs - engines[backend].capabilities)
+    if missing:
+        able = [name for name, engine in engines.items() if needs <= engine.capabilities]
+        raise InputError(
+            f"task {task} needs {', '.join(missing)}, which backend {backend} lacks: "
+            f"run it with --backend {' or '.join(able) if able else '(none has it)'}"
+        )
+
+
+def _engine_class(backend: str):
+    engine = available_backends()[backend]
+    module, _, cls = engine.target.partition(":")
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except ImportError as exc:
+        hint = f": {engine.install}" if engine.install else ""
+        raise InputError(f"backend {backend} cannot be imported ({exc}){hint}") from None
+
+
+def make_backend(spec: ModelSpec, settings: EngineSettings, backend: str = "hf") -> Backend:
+    """Load `spec` on the named engine."""
+    check_backend("(any)", frozenset(), backend)
+    return _engine_class(backend).load(spec, settings)
+
+
+def open_tokenizer(spec: ModelSpec, settings: EngineSettings, backend: str = "hf") -> Tokenizer:
+    """The model's tokenizer alone, without loading its weights."""
+    check_backend("(any)", frozenset(), backend)
+    return _engine_class(backend).tokenizer(spec, settings)

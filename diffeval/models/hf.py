@@ -1,19 +1,45 @@
-"""The transformers backend: greedy batched generation with left padding."""
+"""The transformers backend: greedy batched generation with left padding, prefix-reusing choice scoring, attention
+rows through the attention interface, and the loaded model itself for tasks that need transformers internals."""
 
 from __future__ import annotations
 
 import copy
+import gc
 import time
 
 import torch
 
 from diffeval.errors import InputError
-from diffeval.models.backend import Encoding, Generation
+from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.capture import capturing
-from diffeval.models.loading import LoadedModel
+from diffeval.models.loading import LoadedModel, load_model, load_tokenizer
+from diffeval.models.spec import ModelSpec
+
+
+class HFTokenizer:
+    """A transformers fast tokenizer behind the `Tokenizer` protocol."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding:
+        tokenizer = self._tokenizer
+        # a chat template already carries its own BOS; raw prompts get the tokenizer's special tokens
+        add_special = special_tokens and not (tokenizer.bos_token and text.startswith(tokenizer.bos_token))
+        enc = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
+        return Encoding(ids=enc["input_ids"], offsets=[tuple(o) for o in enc["offset_mapping"]])
+
+    def encode_many(self, texts: list[str], special_tokens: bool = True) -> list[list[int]]:
+        return self._tokenizer(texts, add_special_tokens=special_tokens).input_ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=True)
 
 
 class HFBackend:
+    name = "hf"
+    capabilities = frozenset({"generate", "score", "attention_rows", "torch_module"})
+
     def __init__(self, loaded: LoadedModel):
         if not loaded.tokenizer.is_fast:
             # token offsets of needles and answer spans come from the fast tokenizer's offset mapping
@@ -22,9 +48,26 @@ class HFBackend:
         self.tokenizer = loaded.tokenizer
         # encoding gets its own copy: the runner may build prompts in a thread while `generate` decodes, and a
         # tokenizers object must not be used from two threads at once
-        self._encoder = copy.deepcopy(loaded.tokenizer)
+        self._encoder = HFTokenizer(copy.deepcopy(loaded.tokenizer))
         self.info = loaded.info
         self.device = self.model.device
+
+    @classmethod
+    def load(cls, spec: ModelSpec, settings: EngineSettings) -> HFBackend:
+        return cls(load_model(spec, settings.device, settings.dtype, settings.attn_impl, settings.trust_remote_code))
+
+    @classmethod
+    def tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
+        return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
+
+    def torch_module(self) -> LoadedModel:
+        return LoadedModel(self.model, self.tokenizer, self.info)
+
+    def close(self) -> None:
+        self.model = self.tokenizer = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         if not chat_template:
@@ -36,10 +79,10 @@ class HFBackend:
         return rendered + answer_prefix
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
-        # a chat template already carries its own BOS; raw prompts get the tokenizer's special tokens
-        add_special = special_tokens and not (self.tokenizer.bos_token and text.startswith(self.tokenizer.bos_token))
-        enc = self._encoder(text, add_special_tokens=add_special, return_offsets_mapping=True)
-        return Encoding(ids=enc["input_ids"], offsets=[tuple(o) for o in enc["offset_mapping"]])
+        return self._encoder.encode(text, special_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
@@ -106,12 +149,13 @@ class HFBackend:
         return torch.tensor([ids], device=self.device)
 
     @torch.inference_mode()
-    def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> torch.Tensor:
-        """(layers, heads, rows, segments): each head's softmax weight per key segment, for the chosen rows only."""
+    def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int):
+        """(layers, heads, rows, segments) numpy array: each head's softmax weight per key segment, for the chosen
+        rows only."""
         with capturing(self.model, rows, segment_ids, n_segments) as capture:
             # the decoder alone: the LM head over every position would cost T × vocab floats for nothing
             self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
-        return torch.stack([capture.shares[layer] for layer in sorted(capture.shares)])
+        return torch.stack([capture.shares[layer] for layer in sorted(capture.shares)]).float().cpu().numpy()
 
 
 def _rollback(cache, length: int) -> None:

@@ -1,12 +1,34 @@
-"""lm-evaluation-harness on a model diffeval has loaded (its HF wrapper takes the model object as is)."""
+"""lm-evaluation-harness on a model diffeval has loaded (its HF wrapper takes the model object as is: `loaded` is a
+backend's `torch_module()`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
+from diffeval.config import option, parse_ctx
 from diffeval.errors import InputError
 
 
+@dataclass(frozen=True)
+class LmEvalOptions:
+    """What every task run through lm-eval takes."""
+
+    ctx: list[int] = option([2048], help="lm-eval's max_length [default: 2048]", parse=parse_ctx)
+    include_path: str | None = option(None, help="folder of extra lm-eval task YAMLs (e.g. local data files)")
+    lm_batch_size: int = option(8, help="lm-eval batch size [default: 8]")
+
+    def validate(self) -> None:
+        if not self.lm_tasks:
+            raise InputError("--tasks is empty: name lm-eval tasks, e.g. hellaswag,arc_easy")
+        if self.include_path and not Path(self.include_path).expanduser().is_dir():
+            raise InputError(f"--include-path {self.include_path} is not a folder of lm-eval task YAMLs")
+        if self.lm_batch_size < 1:
+            raise InputError("--lm-batch-size must be at least 1")
+
+
 def evaluate_tasks(
-    backend, tasks: list[str], limit: int | None, max_length: int, batch_size: int, include_path: str | None = None
+    loaded, tasks: list[str], limit: int | None, max_length: int, batch_size: int, include_path: str | None = None
 ) -> dict[str, dict[str, float]]:
     """Zero-shot lm-eval results per task: {task: {"acc": …, "acc_norm": …, …}} (the `none` filter)."""
     try:
@@ -19,7 +41,7 @@ def evaluate_tasks(
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
         raise InputError(f"lm-eval has no task(s) {unknown}: check the names, or --include-path for custom YAMLs")
-    model = HFLM(pretrained=backend.model, tokenizer=backend.tokenizer, batch_size=batch_size, max_length=max_length)
+    model = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=batch_size, max_length=max_length)
     output = simple_evaluate(
         model=model, tasks=tasks, num_fewshot=0, limit=limit, task_manager=manager, log_samples=False, verbosity="ERROR"
     )

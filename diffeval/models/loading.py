@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 import transformers
+from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from diffeval.config import ModelSpec, model_path
 from diffeval.errors import InputError
 from diffeval.models.diff import DIFF_ARCHITECTURES, layer_lambdas
-
-
-@dataclass
-class ModelInfo:
-    name: str
-    spec: str
-    architecture: str
-    is_diff: bool
-    layers: int | None
-    heads: int | None
-    kv_heads: int | None
-    head_dim: int | None
-    max_positions: int | None
-    rope_theta: float | None
-    parameters: int | None = None
-    lambdas: list[dict[str, float]] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+from diffeval.models.spec import ModelInfo, ModelSpec
 
 
 @dataclass
@@ -57,7 +40,7 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
 
 def _check_spec(spec: ModelSpec) -> None:
     """A path-looking spec must exist; anything else is treated as a hub id."""
-    path = Path(model_path(spec.spec)).expanduser()
+    path = Path(spec.path).expanduser()
     if path.exists():
         if not (path / "config.json").is_file():
             raise InputError(f"model {spec.name}: {spec.spec} has no config.json; point at a saved checkpoint folder")
@@ -68,16 +51,58 @@ def _check_spec(spec: ModelSpec) -> None:
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
     try:
-        return AutoConfig.from_pretrained(model_path(spec.spec), trust_remote_code=trust_remote_code)
-    except OSError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(
-            f"model {spec.name}: cannot load {spec.spec!r} ({first}); check the path, or the hub id and network"
-        ) from None
-    except ValueError as exc:
-        if "trust_remote_code" in str(exc):
-            raise InputError(f"model {spec.name} uses custom code: rerun with --trust-remote-code") from None
-        raise InputError(f"model {spec.name}: {str(exc).splitlines()[0]}") from None
+        return AutoConfig.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
+    except Exception as exc:  # a broken checkpoint raises anything from OSError to JSONDecodeError
+        raise _load_error(spec, "its config", exc) from None
+
+
+def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
+    """The checkpoint's tokenizer (fast tokenizers only: token offsets of needles and answers come from them)."""
+    _check_spec(spec)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
+    except Exception as exc:
+        raise _load_error(spec, "its tokenizer", exc) from None
+    if not getattr(tokenizer, "is_fast", False):
+        raise InputError(f"model {spec.name}: diffeval needs a fast (tokenizers) tokenizer, found {type(tokenizer)}")
+    return tokenizer
+
+
+def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
+    """Before any work: the config and tokenizer load, and a local folder's weight files are whole (their headers
+    read and their sizes cover the tensors they declare). Returns the config."""
+    config = load_config(spec, trust_remote_code)
+    load_tokenizer(spec, trust_remote_code)
+    folder = Path(spec.path).expanduser()
+    if folder.is_dir():
+        weights = sorted(folder.glob("*.safetensors"))
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            try:
+                names = set(json.loads(index.read_text())["weight_map"].values())
+            except (ValueError, KeyError, TypeError) as exc:
+                raise _load_error(spec, "its weights", exc) from None
+            missing = sorted(n for n in names if not (folder / n).is_file())
+            if missing:
+                raise _load_error(spec, "its weights", FileNotFoundError(f"missing shard(s) {', '.join(missing)}"))
+        for path in weights:
+            try:
+                with safe_open(str(path), framework="pt"):
+                    pass
+            except Exception as exc:
+                raise _load_error(spec, "its weights", exc) from None
+    return config
+
+
+def _load_error(spec: ModelSpec, what: str, exc: Exception) -> InputError:
+    text = str(exc).strip()
+    if "trust_remote_code" in text:
+        return InputError(f"model {spec.name} uses custom code: rerun with --trust-remote-code")
+    first = text.splitlines()[0][:300] if text else type(exc).__name__
+    return InputError(
+        f"model {spec.name}: cannot load {what} from {spec.spec!r} ({first}); "
+        "check the checkpoint files, or the hub id and network"
+    )
 
 
 def is_diff_config(config, kind: str = "auto") -> bool:
@@ -126,12 +151,11 @@ def load_model(
     kwargs = {"dtype": resolve_dtype(dtype, device), "trust_remote_code": trust_remote_code}
     if attn_impl:
         kwargs["attn_implementation"] = attn_impl
+    tokenizer = load_tokenizer(spec, trust_remote_code)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path(spec.spec), trust_remote_code=trust_remote_code)
-        model = AutoModelForCausalLM.from_pretrained(model_path(spec.spec), **kwargs)
-    except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(f"model {spec.name}: cannot load {spec.spec!r}: {first}") from None
+        model = AutoModelForCausalLM.from_pretrained(spec.path, **kwargs)
+    except Exception as exc:  # truncated or mismatched weight files
+        raise _load_error(spec, "its weights", exc) from None
     model.to(device).eval()
     if tokenizer.pad_token_id is None:
         # batched generation pads on the left; any id works because padded positions are masked out

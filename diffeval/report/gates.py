@@ -38,8 +38,8 @@ def parse_threshold(text: str) -> Threshold:
     if not match:
         raise InputError(f"bad --fail-under {text!r}: use TASK.METRIC@MODEL=VALUE, e.g. needle.accuracy@diff=0.8")
     gate = Threshold(match["task"], match["metric"], match["model"], float(match["value"]))
-    if gate.task not in TASKS or gate.metric not in TASKS[gate.task].METRICS:
-        known = ", ".join(f"{t}.{m}" for t, module in TASKS.items() for m in module.METRICS)
+    if gate.task not in TASKS or gate.metric not in TASKS[gate.task].metrics:
+        known = ", ".join(f"{name}.{m}" for name, task in TASKS.items() for m in task.metrics)
         raise InputError(f"unknown metric {gate.task}.{gate.metric} in --fail-under: use one of {known}")
     return gate
 
@@ -57,20 +57,28 @@ def run_folders(paths: list[str | Path]) -> list[RunFolder]:
     return folders
 
 
-def load_runs(folders: list[RunFolder]) -> list[tuple[str, pd.DataFrame]]:
-    """(task, records) of each run folder."""
+def load_runs(folders: list[RunFolder], warn=None) -> list[tuple[str, pd.DataFrame]]:
+    """(task, records) of each run folder; `warn` hears how many damaged and duplicate lines were dropped."""
     runs = []
     for folder in folders:
-        run, frame, _ = load_records(folder)
-        runs.append((run["config"]["task"], frame))
+        loaded = load_records(folder)
+        if warn is not None and (loaded.damaged or loaded.duplicates):
+            warn(dropped_note(folder, loaded.damaged, loaded.duplicates))
+        runs.append((loaded.task.name, loaded.frame))
     return runs
+
+
+def dropped_note(folder: RunFolder, damaged: int, duplicates: int) -> str:
+    return f"warning: skipped {damaged} damaged line(s) and {duplicates} duplicate record(s) in {folder.samples_path}"
 
 
 def metric_values(runs: list[tuple[str, pd.DataFrame]]) -> dict[tuple[str, str, str], pd.Series]:
     """(task, metric, model) → per-sample values indexed by sample_id."""
     values = {}
     for task, frame in runs:
-        for metric, column in TASKS[task].METRICS.items():
+        for metric, column in TASKS[task].metrics.items():
+            if column not in frame:
+                continue
             scored = frame.dropna(subset=[column])
             for model, group in scored.groupby("model", sort=False):
                 values[(task, metric, model)] = group.set_index("sample_id")[column].astype(float)
@@ -90,9 +98,9 @@ def check_thresholds(gates: list[Threshold], runs: list[tuple[str, pd.DataFrame]
     return failures
 
 
-def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: float) -> pd.DataFrame:
+def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: float, warn=None) -> pd.DataFrame:
     """Every metric both sides share: old and new means, the drop, and a paired test on the shared samples."""
-    before, after = metric_values(load_runs(old)), metric_values(load_runs(new))
+    before, after = metric_values(load_runs(old, warn)), metric_values(load_runs(new, warn))
     rows = []
     for key in sorted(set(before) & set(after)):
         shared = before[key].index.intersection(after[key].index)

@@ -85,12 +85,11 @@ def paired_difference(first, second, confidence: float = 0.95) -> dict:
 
 
 def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:
-    """n, mean and 95 % CI of `value` per group (the mean of `score` is called accuracy)."""
+    """n, mean and 95 % CI of `value` per group (the mean of `score` is called accuracy). A cell in which nothing
+    could be scored keeps its row, with n = 0."""
     rows = []
     for keys, group in frame.groupby(by, sort=False):
         group = group.dropna(subset=[value])  # e.g. unparsed judge verdicts, over-budget ICL runs
-        if group.empty:
-            continue
         low, high = mean_ci(group[value])
         rows.append(
             {

@@ -17,33 +17,14 @@ from diffeval.errors import InputError
 from diffeval.report.stats import paired_difference, summarize
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
+from diffeval.tasks.base import Task
 
 FORMATS = ("md", "csv", "latex", "html")
 
-TITLES = {
-    "table2": "Table 2 layout: accuracy by model and N/R",
-    "depth_grid": "Depth x length grid",
-    "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
-    "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
-    "segments": "Share of every segment per map (raw and / row sum)",
-    "per_layer": "Attention to answer per layer (raw, headline map)",
-    "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
-    "icl_orders": "ICL accuracy across orders of the same demonstrations",
-    "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
-    "over_budget": "Runs over the context budget (not scored)",
-    "table4": "Table 4 layout: fraction judged hallucination-free",
-    "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a hallucination "
-    "rate",
-    "judging": "Judging: samples, unparsed verdicts, truncated prompts, judge",
-    "table5": "Table 5 layout: largest |activation| values and the median",
-    "outliers_per_layer": "Largest |activation| and median per layer",
-    "outlier_tokens": "Tokens analysed per model",
-    "figure8_acc_norm": "Figure 8: zero-shot acc_norm by attention-logit bits (16 = unquantized)",
-    "figure8_acc": "Figure 8: zero-shot acc by attention-logit bits (16 = unquantized)",
-    "table1": "Table 1 layout: zero-shot accuracy (%)",
-    "paired": "Paired DIFF - baseline differences on the same samples (bootstrap 95 % CI; McNemar exact for yes/no "
-    "outcomes, Wilcoxon signed-rank otherwise)",
-}
+PAIRED_TITLE = (
+    "Paired DIFF - baseline differences on the same samples (bootstrap 95 % CI; McNemar exact for yes/no outcomes, "
+    "Wilcoxon signed-rank otherwise)"
+)
 
 
 def parse_formats(text: str) -> list[str]:
@@ -63,44 +44,61 @@ class RunReport:
     tables: dict[str, pd.DataFrame]
     note: str
     damaged: int
+    duplicates: int
     frame: pd.DataFrame  # the records the tables came from (gates reuse them)
     plots: list[Path] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
 
 
-def load_records(folder: RunFolder) -> tuple[dict, pd.DataFrame, int]:
+@dataclass
+class LoadedRun:
+    run: dict  # run.json
+    task: Task
+    frame: pd.DataFrame  # one row per (model, sample_id)
+    damaged: int
+    duplicates: int
+
+
+def load_records(folder: RunFolder) -> LoadedRun:
     run = folder.read_run()
     if run is None:
         raise InputError(f"{folder.path} is not a diffeval run folder (no run.json): give the --out of a run")
-    records, damaged = folder.read_records()
-    if not records:
+    name = run["config"]["task"]
+    if name not in TASKS:
+        raise InputError(f"{folder.path} holds a run of unknown task {name!r}: known tasks are {', '.join(TASKS)}")
+    records = folder.read_records()
+    if not records.rows:
         raise InputError(f"{folder.path} has no finished samples yet: run the task first, then report")
-    return run, pd.DataFrame.from_records(records), damaged
+    return LoadedRun(run, TASKS[name], pd.DataFrame.from_records(records.rows), records.damaged, records.duplicates)
 
 
 def report_run(folder: RunFolder, formats: list[str], target: Path, paper: bool = False) -> RunReport:
     """Write one run's summary.csv, tables and plots into `target` (the run folder itself by default)."""
-    run, frame, damaged = load_records(folder)
-    name = run["config"]["task"]
-    task = TASKS[name]
+    loaded = load_records(folder)
+    task, frame = loaded.task, loaded.frame
     target.mkdir(parents=True, exist_ok=True)
-    summary = summarize(frame, task.SUMMARY_KEYS, getattr(task, "SUMMARY_VALUE", "score"))
+    summary = summarize(frame, task.summary_keys, task.summary_value)
     summary.to_csv(target / "summary.csv", index=False)
     tables = task.tables(frame, paper=paper)
-    paired = paired_table(run, frame, task)
+    paired = paired_table(loaded.run, frame, task)
     if not paired.empty:
         tables["paired"] = paired
-    report = RunReport(folder, name, tables, task.TABLE_NOTE, damaged, frame, written=[target / "summary.csv"])
+    report = RunReport(
+        folder, task.name, tables, task.note, loaded.damaged, loaded.duplicates, frame, written=[target / "summary.csv"]
+    )
     if "md" in formats:
-        report.written.append(_write(target / "table.md", markdown(tables, task.TABLE_NOTE)))
+        report.written.append(_write(target / "table.md", markdown(tables, task.note, task.titles)))
     if "csv" in formats:
         for key, table in tables.items():
             path = target / f"{_slug(key)}.csv"
             table.to_csv(path)
             report.written.append(path)
     if "latex" in formats:
-        report.written.append(_write(target / "table.tex", latex_document(tables, task.TABLE_NOTE)))
-    report.plots = task.plots(frame, target) if hasattr(task, "plots") else []
+        report.written.append(_write(target / "table.tex", latex_document(tables, task.note, task.titles)))
+    # a run in which nothing could be scored (every verdict unparsed, every prompt over budget) has counts and
+    # tables, but nothing to draw
+    scored = task.summary_value in frame and frame[task.summary_value].notna().any()
+    report.plots = task.plots(frame, target) if task.plots is not None and scored else []
     report.written.extend(report.plots)
     return report
 
@@ -121,15 +119,15 @@ def build_report(
     return reports
 
 
-def paired_table(run: dict, frame: pd.DataFrame, task) -> pd.DataFrame:
+def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
     """Every DIFF model against every baseline on the samples both scored, per the task's pairing cells and overall."""
-    value = getattr(task, "SUMMARY_VALUE", "score")
-    if task.PAIR_KEYS is None:
+    value = task.summary_value
+    if task.pair_keys is None:
         return pd.DataFrame()
     kinds = {name: info.get("is_diff", False) for name, info in run.get("models", {}).items()}
     diffs = [m for m in frame["model"].unique() if kinds.get(m)]
     bases = [m for m in frame["model"].unique() if m in kinds and not kinds[m]]
-    keys = task.PAIR_KEYS
+    keys = list(task.pair_keys)
     rows = []
     for diff in diffs:
         for base in bases:
@@ -146,19 +144,19 @@ def paired_table(run: dict, frame: pd.DataFrame, task) -> pd.DataFrame:
     return pd.DataFrame(rows).set_index(["diff", "baseline", *keys]).round(4) if rows else pd.DataFrame()
 
 
-def markdown(tables: dict[str, pd.DataFrame], note: str) -> str:
+def markdown(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str]) -> str:
     parts = [f"_{note}_\n"]
     for key, table in tables.items():
-        parts.append(f"### {title(key)}\n\n{table.to_markdown(floatfmt='.3f')}\n")
+        parts.append(f"### {title(key, titles)}\n\n{table.to_markdown(floatfmt='.3f')}\n")
     return "\n".join(parts)
 
 
-def latex_tables(tables: dict[str, pd.DataFrame]) -> str:
+def latex_tables(tables: dict[str, pd.DataFrame], titles: dict[str, str]) -> str:
     """booktabs tables (pandas writes \\toprule/\\midrule/\\bottomrule), special characters escaped."""
     return "\n".join(
         table.to_latex(
             float_format="%.3f",
-            caption=_latex_escape(title(key)),
+            caption=_latex_escape(title(key, titles)),
             label=f"tab:{_slug(key)}",
             escape=True,
             na_rep="--",
@@ -168,11 +166,11 @@ def latex_tables(tables: dict[str, pd.DataFrame]) -> str:
     )
 
 
-def latex_document(tables: dict[str, pd.DataFrame], note: str) -> str:
+def latex_document(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str]) -> str:
     return (
         "\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage[margin=1cm,landscape]{geometry}\n"
         "\\begin{document}\n\\small\n"
-        f"\\noindent {_latex_escape(note)}\n\n{latex_tables(tables)}\n\\end{{document}}\n"
+        f"\\noindent {_latex_escape(note)}\n\n{latex_tables(tables, titles)}\n\\end{{document}}\n"
     )
 
 
@@ -186,10 +184,14 @@ def html_page(reports: list[RunReport]) -> str:
     for report in reports:
         parts.append(f"<h2>{html.escape(report.task)}: {html.escape(str(report.folder.path))}</h2>")
         parts.append(f"<p><em>{html.escape(report.note)}</em></p>")
-        if report.damaged:
-            parts.append(f"<p>{report.damaged} damaged line(s) in samples.jsonl were skipped.</p>")
+        if report.damaged or report.duplicates:
+            parts.append(
+                f"<p>{report.damaged} damaged line(s) and {report.duplicates} duplicate record(s) in samples.jsonl "
+                "were skipped.</p>"
+            )
         for key, table in report.tables.items():
-            parts.append(f"<h3>{html.escape(title(key))}</h3>{table.to_html(float_format='%.3f', na_rep='')}")
+            heading = html.escape(title(key, TASKS[report.task].titles))
+            parts.append(f"<h3>{heading}</h3>{table.to_html(float_format='%.3f', na_rep='')}")
         for plot in report.plots:
             data = base64.b64encode(plot.read_bytes()).decode()
             parts.append(f"<p><img alt='{html.escape(plot.name)}' src='data:image/png;base64,{data}'></p>")
@@ -197,9 +199,10 @@ def html_page(reports: list[RunReport]) -> str:
     return "\n".join(parts)
 
 
-def title(key: str) -> str:
+def title(key: str, titles: dict[str, str]) -> str:
+    """A table's title: the task's title for its key (the paired table's is the report's own), then the model."""
     kind, _, model = key.partition(":")
-    return f"{TITLES.get(kind, kind)}{f' ({model})' if model else ''}"
+    return f"{({'paired': PAIRED_TITLE, **titles}).get(kind, kind)}{f' ({model})' if model else ''}"
 
 
 def _latex_escape(text: str) -> str:

@@ -1,15 +1,35 @@
-"""Task families by name. Each module exposes make_samples, evaluate, SUMMARY_KEYS, PAIR_KEYS, METRICS, TABLE_NOTE and
-tables(records); optionally check_inputs(config), prepare(config), batches(todo, config), build_prompts(...) and
-plots(records, folder)."""
+"""Task families by name: the one place a task is registered.
 
+Tasks from other packages register through the `diffeval.tasks` entry-point group: each entry point names a `Task`
+object, e.g. `[project.entry-points."diffeval.tasks"] mytask = "mypackage.mytask:TASK"`.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+from diffeval.config import RunConfig
 from diffeval.tasks import attention, hallucination, icl, needle, outliers, quantize, zeroshot
+from diffeval.tasks.base import Task, configure, registry
 
-TASKS = {
-    "needle": needle,
-    "attention": attention,
-    "icl": icl,
-    "hallucination": hallucination,
-    "outliers": outliers,
-    "quantize": quantize,
-    "zeroshot": zeroshot,
-}
+
+def _plugins() -> list[Task]:
+    return [point.load() for point in entry_points(group="diffeval.tasks")]
+
+
+TASKS = registry(
+    needle.TASK,
+    attention.TASK,
+    icl.TASK,
+    hallucination.TASK,
+    outliers.TASK,
+    quantize.TASK,
+    zeroshot.TASK,
+    *_plugins(),
+)
+
+
+def build_config(task: str, yaml_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
+    """Merge preset values and command-line flags (flags win) into a validated RunConfig."""
+    return configure(TASKS, task, yaml_values, flags)

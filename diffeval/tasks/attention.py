@@ -17,35 +17,43 @@ Recipe:
 from __future__ import annotations
 
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from diffeval.config import option
+from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 from diffeval.models.diff import split_differential
 from diffeval.paper import TABLE3
-from diffeval.report.plotting import plt
+from diffeval.plotting import plt
+from diffeval.records import Record
 from diffeval.tasks import needle
+from diffeval.tasks.base import Task
 
 SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
 HEADLINE_MAP = {True: "diff", False: "softmax"}
-SUMMARY_KEYS = ["model", "ctx", "depth", "needles", "queries"]
-SUMMARY_VALUE = "answer_share"
-PAIR_KEYS = ["ctx", "depth"]
-METRICS = {
-    "answer_share": "answer_share",
-    "noise_share": "noise_share",
-    "answer_share_normalized": "answer_share_normalized",
-}
-TABLE_NOTE = (
-    "attention share = attention weight of the query row(s) on a segment; raw shares are as computed "
-    "(DIFF differential-map rows sum to 1 - lambda), 'normalised' ones are divided by the row sum; headline map: "
-    "differential map for DIFF models, softmax for baselines; mean over heads and layers"
-)
 
-make_samples = needle.make_samples
-check_inputs = needle.check_inputs
+
+@dataclass(frozen=True)
+class AttentionOptions(needle.NeedleOptions):
+    """Attention-to-answer analysis on the needle task's samples (paper Table 3)."""
+
+    samples: int = option(20, help="samples per depth × length × N/R cell", identity=False)
+    rows: str = option(
+        "last", help="last: the last prompt token's row | answer: also teacher-forced answer rows [default: last]"
+    )
+    span: str = option(
+        "answer", help="answer: the number's tokens | needle: the whole needle sentence [default: answer]"
+    )
+
+    def validate(self) -> None:
+        super().validate()
+        if self.rows not in ("last", "answer"):
+            raise InputError(f"bad --rows {self.rows!r}: use last or answer")
+        if self.span not in ("answer", "needle"):
+            raise InputError(f"bad --span {self.span!r}: use answer or needle")
 
 
 def segment_ids(prompt: needle.NeedlePrompt, length: int, queries: int, span: str) -> list[int]:
@@ -62,7 +70,7 @@ def segment_ids(prompt: needle.NeedlePrompt, length: int, queries: int, span: st
     return ids
 
 
-def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list[dict]:
+def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list[Record]:
     options = config.options
     records = []
     for sample in batch:
@@ -81,30 +89,25 @@ def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list
         maps = per_map_shares(shares, backend.info)
         headline = maps[HEADLINE_MAP[backend.info.is_diff]]
         fields = asdict(sample)
-        fields.pop("haystack_seed")
-        records.append(
-            {
-                "task": "attention",
-                "model": backend.info.name,
-                "is_diff": backend.info.is_diff,
-                **fields,
-                "prompt_tokens": len(prompt.ids),
-                "rows": rows,
-                "span": options.span,
-                "answer_share": _mean(headline["answer"]),
-                "noise_share": _mean(headline["noise"]),
-                "answer_share_normalized": _mean(headline["answer"]) / _mean(headline["row_sum"]),
-                "noise_share_normalized": _mean(headline["noise"]) / _mean(headline["row_sum"]),
-                "shares": maps,
-                "new_tokens": 0,
-                "seconds": round(time.perf_counter() - start, 4),
-            }
+        for key in ("sample_id", "haystack_seed"):
+            fields.pop(key)
+        fields = {"is_diff": backend.info.is_diff, **fields}
+        fields.update(
+            rows=rows,
+            span=options.span,
+            answer_share=_mean(headline["answer"]),
+            noise_share=_mean(headline["noise"]),
+            answer_share_normalized=_mean(headline["answer"]) / _mean(headline["row_sum"]),
+            noise_share_normalized=_mean(headline["noise"]) / _mean(headline["row_sum"]),
+            shares=maps,
         )
+        seconds = time.perf_counter() - start
+        records.append(Record("attention", backend.info.name, sample.sample_id, len(prompt.ids), 0, seconds, fields))
     return records
 
 
 def per_map_shares(shares, info) -> dict[str, dict[str, list[float]]]:
-    """(layers, heads, rows, segments) → {map: {segment or row_sum: [per-layer mean over heads and rows]}}."""
+    """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}."""
     per_layer_maps = []
     for layer, layer_shares in enumerate(shares):
         if info.is_diff:
@@ -113,7 +116,7 @@ def per_map_shares(shares, info) -> dict[str, dict[str, list[float]]]:
             per_layer_maps.append({"softmax": layer_shares})
     out: dict[str, dict[str, list[float]]] = {}
     for name in per_layer_maps[0]:
-        means = [maps[name].mean(dim=(0, 1)) for maps in per_layer_maps]  # (segments,) per layer
+        means = [maps[name].mean(axis=(0, 1)) for maps in per_layer_maps]  # (segments,) per layer
         out[name] = {seg: [round(float(m[i]), 8) for m in means] for i, seg in enumerate(SEGMENTS)}
         out[name]["row_sum"] = [round(float(m.sum()), 8) for m in means]
     return out
@@ -204,3 +207,36 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     fig.savefig(curves, dpi=120)
     plt.close(fig)
     return [bars, curves]
+
+
+TASK = Task(
+    name="attention",
+    help="Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
+    options=AttentionOptions,
+    make_samples=needle.make_samples,
+    evaluate=evaluate,
+    tables=tables,
+    titles={
+        "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
+        "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
+        "segments": "Share of every segment per map (raw and / row sum)",
+        "per_layer": "Attention to answer per layer (raw, headline map)",
+    },
+    note=(
+        "attention share = attention weight of the query row(s) on a segment; raw shares are as computed "
+        "(DIFF differential-map rows sum to 1 - lambda), 'normalised' ones are divided by the row sum; headline map: "
+        "differential map for DIFF models, softmax for baselines; mean over heads and layers"
+    ),
+    summary_keys=["model", "ctx", "depth", "needles", "queries"],
+    pair_keys=["ctx", "depth"],
+    metrics={
+        "answer_share": "answer_share",
+        "noise_share": "noise_share",
+        "answer_share_normalized": "answer_share_normalized",
+    },
+    summary_value="answer_share",
+    needs=frozenset({"attention_rows"}),
+    run_options=("chat_template", "max_new_tokens"),
+    plots=plots,
+    check_inputs=needle.check_inputs,
+)

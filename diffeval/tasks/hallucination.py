@@ -12,26 +12,51 @@ Recipe:
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from diffeval.config import option, parse_ctx, parse_str_list
 from diffeval.data import hallucination as data
+from diffeval.errors import InputError
 from diffeval.judges import JudgeItem, make_judge
 from diffeval.models.backend import Backend
 from diffeval.paper import TABLE4
-from diffeval.report.plotting import plt
+from diffeval.plotting import plt
+from diffeval.records import Record, sample_id
+from diffeval.tasks.base import Task
 
-SUMMARY_KEYS = ["model", "dataset"]
-PAIR_KEYS = ["dataset"]
-METRICS = {"accuracy": "score"}
-TABLE_NOTE = (
-    "accuracy = fraction of outputs judged hallucination-free (Table 4); unparsed verdicts are excluded and counted; "
-    "with the overlap judge the numbers are a lexical proxy, not a hallucination rate"
-)
+
+@dataclass(frozen=True)
+class HallucinationOptions:
+    """Contextual hallucination on summarization and QA (paper Table 4)."""
+
+    ctx: list[int] = option([4096], help="the prompt budget, e.g. 4k (one length)", parse=parse_ctx)
+    datasets: list[str] = option(
+        ["xsum"], help="xsum, cnndm, multi_news, qasper, hotpotqa, 2wikimqa", flag="--dataset", parse=parse_str_list
+    )
+    samples: int = option(100, help="documents per dataset (the first N) [default: 100]", identity=False)
+    judge: str | None = option(  # required: there is no silent default
+        None, help="required: openai:MODEL | openai-compatible:BASE_URL#MODEL | hf:PATH | overlap (offline proxy)"
+    )
+    data_dir: str | None = option(None, help="read local JSONL files (../shared/datasets/hallucination layout)")
+    judge_cache: str | None = option(None, help="verdict cache folder [default: ~/.cache/diffeval]", identity=False)
+    judge_timeout: float = option(60.0, help="seconds per judge request [default: 60]", identity=False)
+    judge_retries: int = option(5, help="retries on 429, 5xx and timeouts [default: 5]", identity=False)
+    judge_concurrency: int = option(4, help="judge requests in flight [default: 4]", identity=False)
+
+    def validate(self) -> None:
+        if not self.judge:
+            raise InputError("--judge is required: openai:MODEL, openai-compatible:BASE_URL#MODEL, hf:PATH or overlap")
+        if len(self.ctx) != 1:
+            raise InputError(f"--ctx {self.ctx}: hallucination runs take one context length, e.g. --ctx 4k")
+        unknown = [d for d in self.datasets if d not in data.DATASETS]
+        if unknown or not self.datasets:
+            raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(data.DATASETS)}")
+        if self.samples < 1 or self.judge_retries < 0 or self.judge_concurrency < 1 or self.judge_timeout <= 0:
+            raise InputError("--samples and --judge-concurrency must be at least 1, --judge-timeout positive")
 
 
 @dataclass(frozen=True)
@@ -41,20 +66,20 @@ class HallucinationSample:
     document: data.Document
 
 
-def make_samples(options, seed: int, limit: int | None = None) -> list[HallucinationSample]:
+def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list[HallucinationSample]:
     count = min(options.samples, limit) if limit else options.samples
     return [
-        HallucinationSample(hashlib.sha256(f"halluc|{name}|{doc.id}".encode()).hexdigest()[:16], name, doc)
+        HallucinationSample(sample_id(f"halluc|{name}|{doc.id}"), name, doc)
         for name in options.datasets
         for doc in data.load(name, options.data_dir, count)
     ]
 
 
 def check_inputs(config) -> None:
-    options = config.options
-    for name in options.datasets:
-        data.load(name, options.data_dir, 1)
-    _judge(config)  # a bad --judge, or a missing API key, fails before any generation
+    """A bad --judge, a missing API key or unreadable data fails before any generation."""
+    _judge(config)
+    for name in config.options.datasets:
+        data.load(name, config.options.data_dir, 1)
 
 
 _judges: dict = {}
@@ -84,8 +109,8 @@ def fit_prompt(spec: data.DatasetSpec, doc: data.Document, backend: Backend, bud
     cut = len(ids) - budget
     while True:  # decoding and re-encoding the two halves can shift a few tokens: cut until it fits
         keep = max(len(context) - cut, 0)
-        head = backend.tokenizer.decode(context[: keep // 2])
-        tail = backend.tokenizer.decode(context[len(context) - (keep - keep // 2) :]) if keep else ""
+        head = backend.decode(context[: keep // 2])
+        tail = backend.decode(context[len(context) - (keep - keep // 2) :]) if keep else ""
         ids = backend.encode(spec.template.format(context=head + tail, input=doc.question)).ids
         if len(ids) <= budget:
             return ids, len(context) - keep
@@ -122,25 +147,20 @@ def evaluate(batch: list[HallucinationSample], backend: Backend, config) -> list
     records = []
     for (sample, ids, cut, out, seconds), verdict in zip(generated, verdicts):
         free = verdict.hallucination_free
+        fields = {
+            "dataset": sample.dataset,
+            "id": sample.document.id,
+            "truncated_tokens": cut,
+            "output": out.text,
+            "reference": sample.document.reference,
+            "verdict": free,
+            "score": None if free is None else float(free),
+            "judge": judge.id,
+            "judge_kind": judge.kind,
+            "judge_rationale": verdict.rationale,
+        }
         records.append(
-            {
-                "task": "hallucination",
-                "model": backend.info.name,
-                "sample_id": sample.sample_id,
-                "dataset": sample.dataset,
-                "id": sample.document.id,
-                "prompt_tokens": len(ids),
-                "truncated_tokens": cut,
-                "output": out.text,
-                "reference": sample.document.reference,
-                "new_tokens": out.new_tokens,
-                "verdict": free,
-                "score": None if free is None else float(free),
-                "judge": judge.id,
-                "judge_kind": judge.kind,
-                "judge_rationale": verdict.rationale,
-                "seconds": round(seconds, 4),
-            }
+            Record("hallucination", backend.info.name, sample.sample_id, len(ids), out.new_tokens, seconds, fields)
         )
     return records
 
@@ -184,3 +204,30 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     counts["judge"] = records.groupby(["model", "dataset"], sort=False)["judge"].first()
     out["judging"] = counts
     return out
+
+
+TASK = Task(
+    name="hallucination",
+    help="Contextual hallucination on summarization and QA (paper Table 4), judged.",
+    options=HallucinationOptions,
+    make_samples=make_samples,
+    evaluate=evaluate,
+    tables=tables,
+    titles={
+        "table4": "Table 4 layout: fraction judged hallucination-free",
+        "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "
+        "hallucination rate",
+        "judging": "Judging: samples, unparsed verdicts, truncated prompts, judge",
+    },
+    note=(
+        "accuracy = fraction of outputs judged hallucination-free (Table 4); unparsed verdicts are excluded and "
+        "counted; with the overlap judge the numbers are a lexical proxy, not a hallucination rate"
+    ),
+    summary_keys=["model", "dataset"],
+    pair_keys=["dataset"],
+    metrics={"accuracy": "score"},
+    needs=frozenset({"generate"}),
+    plots=plots,
+    check_inputs=check_inputs,
+    batches=batches,
+)

@@ -16,7 +16,6 @@ Recipe:
 
 from __future__ import annotations
 
-import hashlib
 import random
 import time
 from dataclasses import dataclass
@@ -25,23 +24,63 @@ from itertools import groupby
 from pathlib import Path
 
 import pandas as pd
-from transformers import AutoTokenizer
 
-from diffeval.config import model_path
+from diffeval.config import option, parse_ctx, parse_str_list
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
-from diffeval.models.backend import Backend
+from diffeval.models.backend import Backend, Tokenizer
 from diffeval.paper import FIGURE7_TREC
-from diffeval.report.plotting import plt
+from diffeval.plotting import plt
+from diffeval.records import Record, sample_id
+from diffeval.tasks.base import Task
 
 SUMMARY_KEYS = ["model", "dataset", "shots", "order", "order_seed", "draw"]
-PAIR_KEYS = ["dataset", "shots"]
-METRICS = {"accuracy": "score"}
-TABLE_NOTE = (
-    "accuracy = fraction of test queries whose highest-likelihood label is the gold label; margin = best - worst "
-    "accuracy (points) over the orders of the same demonstrations; over-budget runs are excluded and counted"
-)
 ORDER_TYPES = ("random", "alternating", "grouped")
+
+
+def parse_shots(text: str | int | list) -> list:
+    items = text if isinstance(text, list) else str(text).split(",")
+    out = []
+    for item in items:
+        token = str(item).strip()
+        if token != "max" and not token.isdigit():
+            raise InputError(f"bad --shots value {token!r}: use non-negative integers or max, e.g. 1,10,100,max")
+        out.append(token if token == "max" else int(token))
+    return out
+
+
+@dataclass(frozen=True)
+class IclOptions:
+    """Many-shot ICL with order robustness (paper Figures 6 and 7; Bertsch et al. 2024)."""
+
+    ctx: list[int] = option([4096], help="the prompt budget, e.g. 64k (one length)", parse=parse_ctx)
+    datasets: list[str] = option(
+        ["trec"], help="trec, trec-fine, banking77, clinic150; comma list", flag="--dataset", parse=parse_str_list
+    )
+    shots: list = option(
+        [1, 10, 100], help="demonstrations per prompt, comma list; max fills the context", parse=parse_shots
+    )
+    orders: list[str] = option(
+        ["random:3"], help="random:K, alternating:K, grouped[:K]; comma list", parse=parse_str_list
+    )
+    test_size: int = option(250, help="test queries per dataset [default: 250]")
+    draws: int = option(1, help="independent demonstration draws [default: 1]")
+    data_dir: str | None = option(None, help="read local files in the ../shared/datasets layout, not the hub")
+    test_indices: str | None = option(None, help="JSON list of test rows, or a folder of <name>-indices.txt")
+    length_norm: bool = option(False, help="score labels by mean token log-prob", flag="--length-norm")
+
+    def validate(self) -> None:
+        if len(self.ctx) != 1:
+            raise InputError(f"--ctx {self.ctx}: ICL takes one context length (the prompt budget), e.g. --ctx 64k")
+        unknown = [d for d in self.datasets if d not in icl_data.DATASETS]
+        if unknown or not self.datasets:
+            raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(icl_data.DATASETS)}")
+        for shots in self.shots:
+            if shots != "max" and (not isinstance(shots, int) or shots < 0):
+                raise InputError(f"bad --shots value {shots!r}: use non-negative integers or max, e.g. 1,10,100,max")
+        parse_orders(self.orders)
+        if self.test_size < 1 or self.draws < 1:
+            raise InputError("--test-size and --draws must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -147,14 +186,10 @@ def demonstration_block(run: Run, data_dir: str | None, seed: int) -> str:
     return "".join(format_example(run.dataset, e.text, data.labels[e.label]) + "\n\n" for e in examples)
 
 
-def resolve_max_shots(config) -> dict[tuple[str, int], int]:
+def resolve_max_shots(config, tokenizers: dict[str, Tokenizer]) -> dict[tuple[str, int], int]:
     """`shots=max`: per dataset and draw, the largest k whose prompt fits every model's context."""
     options = config.options
     ctx = options.ctx[0]
-    tokenizers = [
-        AutoTokenizer.from_pretrained(model_path(m.spec), trust_remote_code=config.trust_remote_code)
-        for m in config.models
-    ]
     best = {}
     for name in options.datasets:
         data = dataset(name, options.data_dir)
@@ -163,13 +198,13 @@ def resolve_max_shots(config) -> dict[tuple[str, int], int]:
             pool = demonstrations(name, options.data_dir, config.seed, draw, len(data.train))
             texts = [format_example(name, data.train[i].text, data.labels[data.train[i].label]) + "\n\n" for i in pool]
             k = len(texts)
-            for tokenizer in tokenizers:
+            for tokenizer in tokenizers.values():
                 reserve = (
                     1
-                    + max(len(tokenizer(q, add_special_tokens=False).input_ids) for q in queries)
-                    + max(len(tokenizer(" " + label, add_special_tokens=False).input_ids) for label in data.labels)
+                    + max(map(len, tokenizer.encode_many(queries, special_tokens=False)))
+                    + max(map(len, tokenizer.encode_many([" " + label for label in data.labels], False)))
                 )
-                lengths = tokenizer(texts[:k], add_special_tokens=False).input_ids
+                lengths = tokenizer.encode_many(texts[:k], special_tokens=False)
                 total, fitting = 0, 0
                 for length in map(len, lengths):
                     if total + length + reserve > ctx:
@@ -181,26 +216,26 @@ def resolve_max_shots(config) -> dict[tuple[str, int], int]:
     return best
 
 
-def make_samples(options, seed: int, limit: int | None = None, max_shots=None) -> list[ICLSample]:
+def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list[ICLSample]:
+    """`prepared`: the `shots=max` resolution from `prepare`."""
     samples = []
     for name in options.datasets:
         ids = test_ids(options, name, seed)[:limit] if limit else test_ids(options, name, seed)
         for draw in range(options.draws):
             for requested in options.shots:
-                shots = max_shots[(name, draw)] if requested == "max" else int(requested)
+                shots = prepared[(name, draw)] if requested == "max" else int(requested)
                 for kind, variants in parse_orders(options.orders):
                     for variant in range(variants):
                         run = Run(name, shots, kind, variant, draw)
                         for test_id in ids:
                             key = f"icl|{seed}|{'|'.join(map(str, run.key))}|{test_id}"
-                            sample_id = hashlib.sha256(key.encode()).hexdigest()[:16]
-                            samples.append(ICLSample(sample_id, run, str(requested), test_id, seed))
+                            samples.append(ICLSample(sample_id(key), run, str(requested), test_id, seed))
     return samples
 
 
-def prepare(config):
+def prepare(config, tokenizers: dict[str, Tokenizer]):
     """Resolve `shots=max` against every model's tokenizer before any sample is built."""
-    return resolve_max_shots(config) if "max" in config.options.shots else None
+    return resolve_max_shots(config, tokenizers) if "max" in config.options.shots else None
 
 
 def check_inputs(config) -> None:
@@ -229,31 +264,40 @@ def evaluate(batch: list[ICLSample], backend: Backend, config):
     ]
     choices = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
     longest = len(prefix) + max(map(len, queries)) + max(map(len, choices))
-    base = {
-        "task": "icl",
-        "model": backend.info.name,
+    run_fields = {
         "dataset": run.dataset,
         "shots": run.shots,
         "order": run.order,
         "order_seed": run.order_seed,
         "draw": run.draw,
         "demonstration_tokens": len(prefix),
-        "new_tokens": 0,
     }
+
+    def make(sample: ICLSample, prompt_tokens: int, seconds: float, **outcome) -> Record:
+        gold = data.test[sample.test_id].label
+        fields = {
+            **run_fields,
+            "shots_requested": sample.shots_requested,
+            "test_id": sample.test_id,
+            "gold": gold,
+            "gold_label": data.labels[gold],
+            **outcome,
+        }
+        return Record("icl", backend.info.name, sample.sample_id, prompt_tokens, 0, seconds, fields)
+
     if longest > options.ctx[0]:
         for sample in batch:
-            yield {
-                **base,
-                **_sample_fields(sample, data),
-                "status": "over_budget",
-                "prompt_tokens": longest,
-                "prediction": None,
-                "predicted_label": None,
-                "correct": None,
-                "score": None,
-                "label_scores": None,
-                "seconds": 0.0,
-            }
+            yield make(
+                sample,
+                longest,
+                0.0,
+                status="over_budget",
+                prediction=None,
+                predicted_label=None,
+                correct=None,
+                score=None,
+                label_scores=None,
+            )
         return
     start = time.perf_counter()
     for sample, query, scores in zip(batch, queries, backend.score_choices(prefix, queries, choices)):
@@ -261,30 +305,18 @@ def evaluate(batch: list[ICLSample], backend: Backend, config):
         prediction = max(range(len(values)), key=values.__getitem__)
         gold = data.test[sample.test_id].label
         now = time.perf_counter()
-        yield {
-            **base,
-            **_sample_fields(sample, data),
-            "status": "ok",
-            "prompt_tokens": len(prefix) + len(query),
-            "prediction": prediction,
-            "predicted_label": data.labels[prediction],
-            "correct": prediction == gold,
-            "score": float(prediction == gold),
-            "label_scores": [round(v, 4) for v in values],
-            "seconds": round(now - start, 4),
-        }
+        yield make(
+            sample,
+            len(prefix) + len(query),
+            now - start,
+            status="ok",
+            prediction=prediction,
+            predicted_label=data.labels[prediction],
+            correct=prediction == gold,
+            score=float(prediction == gold),
+            label_scores=[round(v, 4) for v in values],
+        )
         start = now
-
-
-def _sample_fields(sample: ICLSample, data: icl_data.ICLDataset) -> dict:
-    gold = data.test[sample.test_id].label
-    return {
-        "sample_id": sample.sample_id,
-        "shots_requested": sample.shots_requested,
-        "test_id": sample.test_id,
-        "gold": gold,
-        "gold_label": data.labels[gold],
-    }
 
 
 def _scored(records: pd.DataFrame) -> pd.DataFrame:
@@ -353,3 +385,31 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     fig.savefig(box_png, dpi=120)
     plt.close(fig)
     return [shots_png, box_png]
+
+
+TASK = Task(
+    name="icl",
+    help="Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
+    options=IclOptions,
+    make_samples=make_samples,
+    evaluate=evaluate,
+    tables=tables,
+    titles={
+        "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
+        "icl_orders": "ICL accuracy across orders of the same demonstrations",
+        "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
+        "over_budget": "Runs over the context budget (not scored)",
+    },
+    note=(
+        "accuracy = fraction of test queries whose highest-likelihood label is the gold label; margin = best - worst "
+        "accuracy (points) over the orders of the same demonstrations; over-budget runs are excluded and counted"
+    ),
+    summary_keys=SUMMARY_KEYS,
+    pair_keys=["dataset", "shots"],
+    metrics={"accuracy": "score"},
+    needs=frozenset({"score"}),
+    plots=plots,
+    check_inputs=check_inputs,
+    prepare=prepare,
+    batches=batches,
+)

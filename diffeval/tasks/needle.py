@@ -14,7 +14,6 @@ Recipe:
 from __future__ import annotations
 
 import bisect
-import hashlib
 import random
 import re
 import weakref
@@ -24,11 +23,57 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from diffeval.config import int_list, option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Encoding
 from diffeval.paper import TABLE2
-from diffeval.report.plotting import plt
+from diffeval.plotting import plt
+from diffeval.records import Record, sample_id
+from diffeval.tasks.base import Task
+
+
+@dataclass(frozen=True)
+class NeedleOptions:
+    """The multi-needle task: N needles per sample, R of them queried, at every ctx × depth × (N, R)."""
+
+    ctx: list[int] = option([4096], help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)", parse=parse_ctx)
+    needles: list[int] = option(
+        [1], help="N, needles per sample; a comma list runs several N/R settings", parse=int_list("--needles")
+    )
+    queries: list[int] = option(
+        [1], help="R, needles queried per sample; one value or one per N", parse=int_list("--queries")
+    )
+    depths: list[int] = option(
+        [0, 25, 50, 75, 100],
+        help="depths of the first queried needle in percent, e.g. 0,25,50,75,100",
+        parse=int_list("--depths"),
+    )
+    samples: int = option(50, help="samples per depth × length × N/R cell", identity=False)
+    haystack: str = option("noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+
+    def nr_pairs(self) -> list[tuple[int, int]]:
+        return list(zip(self.needles, self.queries, strict=True))
+
+    def validate(self) -> None:
+        if len(self.queries) == 1 and len(self.needles) > 1:
+            object.__setattr__(self, "queries", self.queries * len(self.needles))
+        if len(self.needles) != len(self.queries):
+            raise InputError(
+                f"--needles {self.needles} and --queries {self.queries} differ in length: "
+                "give one R for all or one R per N"
+            )
+        for n, r in self.nr_pairs():
+            if r < 1 or n < r:
+                raise InputError(f"needles N={n}, queries R={r}: need 1 <= R <= N")
+            if n > 64:
+                raise InputError(f"needles N={n}: at most 64 needles per sample")
+        for depth in self.depths:
+            if not 0 <= depth <= 100:
+                raise InputError(f"depth {depth} is outside 0-100: give depths in percent, e.g. 0,25,50,75,100")
+        if self.samples < 1:
+            raise InputError(f"--samples {self.samples}: need at least 1 sample per cell")
+
 
 # Evaluation cities. diffeval's toy-model training corpus draws from a disjoint list.
 CITIES = (
@@ -197,7 +242,7 @@ def make_sample(seed: int, ctx: int, depth: int, n: int, r: int, index: int, cit
             numbers.append(number)
     depths = [float(depth)] + [round(rng.uniform(0, 100), 2) for _ in range(n - 1)]
     return NeedleSample(
-        sample_id=hashlib.sha256(key.encode()).hexdigest()[:16],
+        sample_id=sample_id(key),
         ctx=ctx,
         depth=depth,
         needles=n,
@@ -211,7 +256,7 @@ def make_sample(seed: int, ctx: int, depth: int, n: int, r: int, index: int, cit
     )
 
 
-def make_samples(options, seed: int, limit: int | None = None) -> list[NeedleSample]:
+def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list[NeedleSample]:
     count = min(options.samples, limit) if limit else options.samples
     return [
         make_sample(seed, ctx, depth, n, r, i)
@@ -413,27 +458,21 @@ def score(output: str, expected: list[str]) -> tuple[float, bool]:
     return hits / len(expected), hits == len(expected)
 
 
-def record(
-    sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float
-) -> dict:
+def record(sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float):
     value, correct = score(output, sample.expected)
     fields = asdict(sample)
-    fields.pop("haystack_seed")
-    return {
-        "task": "needle",
-        "model": model,
-        **fields,
-        "prompt_tokens": len(prompt.ids),
-        "haystack_words": prompt.haystack_words,
-        "depth_actual": prompt.depth_actual,
-        "spans": prompt.spans,
-        "expected": sample.expected,
-        "output": output,
-        "new_tokens": new_tokens,
-        "score": value,
-        "correct": correct,
-        "seconds": round(seconds, 4),
-    }
+    for key in ("sample_id", "haystack_seed"):
+        fields.pop(key)
+    fields.update(
+        haystack_words=prompt.haystack_words,
+        depth_actual=prompt.depth_actual,
+        spans=prompt.spans,
+        expected=sample.expected,
+        output=output,
+        score=value,
+        correct=correct,
+    )
+    return Record("needle", model, sample.sample_id, len(prompt.ids), new_tokens, seconds, fields)
 
 
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
@@ -497,32 +536,44 @@ def parse_format_ctx(text: str) -> int:
     return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
 
 
-SUMMARY_KEYS = ["model", "ctx", "depth", "needles", "queries"]
-PAIR_KEYS = ["ctx", "needles", "queries"]
-METRICS = {"accuracy": "score"}
-TABLE_NOTE = (
-    "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
-    "as in LWM and the DIFF paper; averaged over depths in Table 2"
-)
-
-
 def check_inputs(config) -> None:
     """Fail before any work if the haystack cannot be read."""
     haystack_sentences(config.options.haystack, config.seed, 10)
 
 
-def build_prompts(batch: list[NeedleSample], backend: Backend, config) -> list[NeedlePrompt]:
+def prepare_batch(batch: list[NeedleSample], backend: Backend, config) -> list[tuple[NeedleSample, NeedlePrompt]]:
     return [
-        build_prompt(s, config.options.haystack, backend, s.ctx - config.max_new_tokens, config.chat_template)
+        (s, build_prompt(s, config.options.haystack, backend, s.ctx - config.max_new_tokens, config.chat_template))
         for s in batch
     ]
 
 
-def evaluate(batch: list[NeedleSample], backend: Backend, config, prompts: list[NeedlePrompt] | None = None):
+def evaluate(batch: list[tuple[NeedleSample, NeedlePrompt]], backend: Backend, config) -> list[Record]:
     """Greedy answers for one batch of samples on one model, as scored records."""
-    prompts = prompts if prompts is not None else build_prompts(batch, backend, config)
-    outputs = backend.generate([p.ids for p in prompts], config.max_new_tokens, STOP)
+    outputs = backend.generate([p.ids for _, p in batch], config.max_new_tokens, STOP)
     return [
-        record(s, p, backend.info.name, out.text, out.new_tokens, out.seconds)
-        for s, p, out in zip(batch, prompts, outputs)
+        record(s, p, backend.info.name, out.text, out.new_tokens, out.seconds) for (s, p), out in zip(batch, outputs)
     ]
+
+
+TASK = Task(
+    name="needle",
+    help="Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
+    options=NeedleOptions,
+    make_samples=make_samples,
+    evaluate=evaluate,
+    tables=tables,
+    titles={"table2": "Table 2 layout: accuracy by model and N/R", "depth_grid": "Depth x length grid"},
+    note=(
+        "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
+        "as in LWM and the DIFF paper; averaged over depths in Table 2"
+    ),
+    summary_keys=["model", "ctx", "depth", "needles", "queries"],
+    pair_keys=["ctx", "needles", "queries"],
+    metrics={"accuracy": "score"},
+    needs=frozenset({"generate"}),
+    run_options=("chat_template", "max_new_tokens"),
+    plots=plots,
+    check_inputs=check_inputs,
+    prepare_batch=prepare_batch,
+)

@@ -12,7 +12,6 @@ Recipe:
 
 from __future__ import annotations
 
-import hashlib
 import time
 import weakref
 from dataclasses import dataclass
@@ -20,20 +19,33 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
+from diffeval.config import option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
+from diffeval.errors import InputError
 from diffeval.models.activations import HIST_BINS, RunningStats, histogram_median, logit_statistics
 from diffeval.models.backend import Backend
 from diffeval.paper import TABLE5
+from diffeval.records import Record, sample_id
+from diffeval.tasks.base import Task
 
-SUMMARY_KEYS = ["model"]
-SUMMARY_VALUE = "max_attention_logit"
-PAIR_KEYS = None  # each model cuts its own token sequences: no sample-level pairs
-METRICS = {"max_attention_logit": "max_attention_logit", "max_hidden_state": "max_hidden_state"}
-TABLE_NOTE = (
-    "largest |values| over all sequences; attention logits = QK^T/sqrt(d) at every causal position of every head "
-    "(DIFF: both maps); hidden states = every layer's output; median from a log-spaced histogram (rel. error <= 0.28 %)"
-)
 RANKS = (1, 2, 3, 10, 100)
+
+
+@dataclass(frozen=True)
+class OutliersOptions:
+    """Activation outliers (paper Table 5): sequences of `ctx` tokens (the training length) covering `tokens`."""
+
+    ctx: list[int] = option([4096], help="sequence length (the model's training length), e.g. 4k", parse=parse_ctx)
+    tokens: int = option(
+        409_600, help="token budget, e.g. 400k (k = 1024) [default: 400k]", parse=lambda v: parse_ctx(v)[0]
+    )
+    haystack: str = option("noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+
+    def validate(self) -> None:
+        if len(self.ctx) != 1:
+            raise InputError(f"--ctx {self.ctx}: give one sequence length (the model's training length)")
+        if self.tokens < 1:
+            raise InputError("--tokens must be positive, e.g. 400k")
 
 
 @dataclass(frozen=True)
@@ -43,12 +55,12 @@ class Sequence:
     seq_len: int
 
 
-def make_samples(options, seed: int, limit: int | None = None) -> list[Sequence]:
+def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list[Sequence]:
     seq_len = options.ctx[0]
     count = -(-options.tokens // seq_len)
     count = min(count, limit) if limit else count
     key = f"outliers|{options.haystack}|{seed}|{seq_len}"
-    return [Sequence(hashlib.sha256(f"{key}|{i}".encode()).hexdigest()[:16], i, seq_len) for i in range(count)]
+    return [Sequence(sample_id(f"{key}|{i}"), i, seq_len) for i in range(count)]
 
 
 def check_inputs(config) -> None:
@@ -72,38 +84,33 @@ def _token_stream(backend: Backend, source: str, seed: int, tokens: int) -> list
         words *= 2
 
 
-def evaluate(batch: list[Sequence], backend: Backend, config) -> list[dict]:
+def evaluate(batch: list[Sequence], backend: Backend, config) -> list[Record]:
     options = config.options
     seq_len = options.ctx[0]
+    loaded = backend.torch_module()  # the activations are read inside the transformers model
     stream = _token_stream(backend, options.haystack, config.seed, (batch[-1].index + 1) * seq_len)
-    bos = [backend.tokenizer.bos_token_id] if backend.tokenizer.bos_token_id is not None else []
+    bos = [loaded.tokenizer.bos_token_id] if loaded.tokenizer.bos_token_id is not None else []
     records = []
     for sequence in batch:
         start = time.perf_counter()
         body = stream[sequence.index * seq_len : (sequence.index + 1) * seq_len - len(bos)]
-        ids = torch.tensor([bos + body], device=backend.model.device)
-        with torch.inference_mode(), logit_statistics(backend.model) as logit_stats:
-            out = backend.model.get_decoder()(input_ids=ids, use_cache=False, output_hidden_states=True)
+        ids = torch.tensor([bos + body], device=loaded.model.device)
+        with torch.inference_mode(), logit_statistics(loaded.model) as logit_stats:
+            out = loaded.model.get_decoder()(input_ids=ids, use_cache=False, output_hidden_states=True)
         hidden = {}
         for layer, states in enumerate(out.hidden_states[1:]):
             hidden[layer] = RunningStats()
             hidden[layer].add(states)
-        records.append(
-            {
-                "task": "outliers",
-                "model": backend.info.name,
-                "sample_id": sequence.sample_id,
-                "index": sequence.index,
-                "seq_len": seq_len,
-                "prompt_tokens": ids.shape[1],
-                "new_tokens": 0,
-                "max_attention_logit": max(float(s.top[0]) for s in logit_stats.values()),
-                "max_hidden_state": max(float(s.top[0]) for s in hidden.values()),
-                "attention_logits": _serialise(logit_stats),
-                "hidden_states": _serialise(hidden),
-                "seconds": round(time.perf_counter() - start, 4),
-            }
-        )
+        fields = {
+            "index": sequence.index,
+            "seq_len": seq_len,
+            "max_attention_logit": max(float(s.top[0]) for s in logit_stats.values()),
+            "max_hidden_state": max(float(s.top[0]) for s in hidden.values()),
+            "attention_logits": _serialise(logit_stats),
+            "hidden_states": _serialise(hidden),
+        }
+        seconds = time.perf_counter() - start
+        records.append(Record("outliers", backend.info.name, sequence.sample_id, ids.shape[1], 0, seconds, fields))
     return records
 
 
@@ -154,3 +161,29 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     per_layer.index.names = ["model", "activation", "layer"]
     tokens = records.groupby("model", sort=False)["prompt_tokens"].sum().to_frame("tokens")
     return {"table5": table5.round(4), "outliers_per_layer": per_layer.round(4), "outlier_tokens": tokens}
+
+
+TASK = Task(
+    name="outliers",
+    help="Largest attention logits and hidden states over a token budget (paper Table 5).",
+    options=OutliersOptions,
+    make_samples=make_samples,
+    evaluate=evaluate,
+    tables=tables,
+    titles={
+        "table5": "Table 5 layout: largest |activation| values and the median",
+        "outliers_per_layer": "Largest |activation| and median per layer",
+        "outlier_tokens": "Tokens analysed per model",
+    },
+    note=(
+        "largest |values| over all sequences; attention logits = QK^T/sqrt(d) at every causal position of every head "
+        "(DIFF: both maps); hidden states = every layer's output; median from a log-spaced histogram "
+        "(rel. error <= 0.28 %)"
+    ),
+    summary_keys=["model"],
+    pair_keys=None,  # each model cuts its own token sequences: no sample-level pairs
+    metrics={"max_attention_logit": "max_attention_logit", "max_hidden_state": "max_hidden_state"},
+    summary_value="max_attention_logit",
+    needs=frozenset({"torch_module"}),
+    check_inputs=check_inputs,
+)

@@ -10,26 +10,40 @@ Recipe:
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from diffeval.models.activations import quantized_logits
+from diffeval.config import int_list, option, parse_str_list
+from diffeval.errors import InputError
+from diffeval.models.activations import GRANULARITIES, quantized_logits
 from diffeval.models.backend import Backend
-from diffeval.models.lmeval import evaluate_tasks
-from diffeval.report.plotting import plt
+from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks
+from diffeval.plotting import plt
+from diffeval.records import Record, sample_id
+from diffeval.tasks.base import Task
 
-SUMMARY_KEYS = ["model", "lm_task", "bits"]
-SUMMARY_VALUE = "acc_norm"
-PAIR_KEYS = None  # one aggregate per setting, no per-sample pairs
-METRICS = {"acc_norm": "acc_norm", "acc": "acc"}
-TABLE_NOTE = (
-    "zero-shot lm-eval accuracy with attention logits quantized (dynamic absmax) to b bits; 16 = unquantized; "
-    "one value per model, task and bit width (the mean over the task's documents)"
-)
+
+@dataclass(frozen=True)
+class QuantizeOptions(LmEvalOptions):
+    """Attention logits quantized to b bits, evaluated zero-shot with lm-eval (paper Figure 8)."""
+
+    bits: list[int] = option(
+        [16, 8, 6, 4], help="attention-logit bit widths; 16 = unquantized [default: 16,8,6,4]", parse=int_list("--bits")
+    )
+    lm_tasks: list[str] = option(
+        ["hellaswag"], help="lm-eval task names, comma-separated", flag="--tasks", parse=parse_str_list
+    )
+    granularity: str = option("row", help="absmax scale per tensor | head | row [default: row]")
+
+    def validate(self) -> None:
+        if any(b < 2 or b > 16 for b in self.bits):
+            raise InputError(f"--bits {self.bits}: use widths from 2 to 16 (16 = unquantized)")
+        if self.granularity not in GRANULARITIES:
+            raise InputError(f"bad --granularity {self.granularity!r}: use one of {', '.join(GRANULARITIES)}")
+        super().validate()
 
 
 @dataclass(frozen=True)
@@ -39,40 +53,35 @@ class Setting:
     lm_task: str
 
 
-def make_samples(options, seed: int, limit: int | None = None) -> list[Setting]:
+def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list[Setting]:
     return [
-        Setting(hashlib.sha256(f"quantize|{b}|{t}|{options.granularity}".encode()).hexdigest()[:16], b, t)
+        Setting(sample_id(f"quantize|{b}|{t}|{options.granularity}"), b, t)
         for t in options.lm_tasks
         for b in options.bits
     ]
 
 
-def evaluate(batch: list[Setting], backend: Backend, config) -> list[dict]:
+def evaluate(batch: list[Setting], backend: Backend, config) -> list[Record]:
     options = config.options
+    loaded = backend.torch_module()  # the quantized logits are an attention implementation of this model
     records = []
     for setting in batch:
         start = time.perf_counter()
-        with quantized_logits(backend.model, setting.bits, options.granularity):
+        with quantized_logits(loaded.model, setting.bits, options.granularity):
             [metrics] = evaluate_tasks(
-                backend, [setting.lm_task], config.limit, options.ctx[0], options.lm_batch_size, options.include_path
+                loaded, [setting.lm_task], config.limit, options.ctx[0], options.lm_batch_size, options.include_path
             ).values()
-        records.append(
-            {
-                "task": "quantize",
-                "model": backend.info.name,
-                "sample_id": setting.sample_id,
-                "lm_task": setting.lm_task,
-                "bits": setting.bits,
-                "granularity": options.granularity,
-                "acc": metrics.get("acc"),
-                "acc_norm": metrics.get("acc_norm", metrics.get("acc")),
-                "metrics": metrics,
-                "limit": config.limit,
-                "prompt_tokens": 0,
-                "new_tokens": 0,
-                "seconds": round(time.perf_counter() - start, 4),
-            }
-        )
+        fields = {
+            "lm_task": setting.lm_task,
+            "bits": setting.bits,
+            "granularity": options.granularity,
+            "acc": metrics.get("acc"),
+            "acc_norm": metrics.get("acc_norm", metrics.get("acc")),
+            "metrics": metrics,
+            "limit": config.limit,
+        }
+        seconds = time.perf_counter() - start
+        records.append(Record("quantize", backend.info.name, setting.sample_id, 0, 0, seconds, fields))
     return records
 
 
@@ -99,3 +108,27 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return [path]
+
+
+TASK = Task(
+    name="quantize",
+    help="Zero-shot accuracy with attention logits quantized to b bits, via lm-eval (paper Figure 8).",
+    options=QuantizeOptions,
+    make_samples=make_samples,
+    evaluate=evaluate,
+    tables=tables,
+    titles={
+        "figure8_acc_norm": "Figure 8: zero-shot acc_norm by attention-logit bits (16 = unquantized)",
+        "figure8_acc": "Figure 8: zero-shot acc by attention-logit bits (16 = unquantized)",
+    },
+    note=(
+        "zero-shot lm-eval accuracy with attention logits quantized (dynamic absmax) to b bits; 16 = unquantized; "
+        "one value per model, task and bit width (the mean over the task's documents)"
+    ),
+    summary_keys=["model", "lm_task", "bits"],
+    pair_keys=None,  # one aggregate per setting, no per-sample pairs
+    metrics={"acc_norm": "acc_norm", "acc": "acc"},
+    summary_value="acc_norm",
+    needs=frozenset({"torch_module"}),
+    plots=plots,
+)

@@ -2,22 +2,28 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass
 
 import pandas as pd
 
+from diffeval.config import option, parse_str_list
 from diffeval.models.backend import Backend
-from diffeval.models.lmeval import evaluate_tasks, headline_metric
+from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks, headline_metric
 from diffeval.paper import TABLE1
+from diffeval.records import Record, sample_id
+from diffeval.tasks.base import Task
 
-SUMMARY_KEYS = ["model", "lm_task"]
-SUMMARY_VALUE = "accuracy"
-PAIR_KEYS = None  # one aggregate per setting, no per-sample pairs
-METRICS = {"accuracy": "accuracy"}
-TABLE_NOTE = "zero-shot lm-eval accuracy (%): acc_norm where the task reports it, else acc; average over the tasks"
 PAPER_TASKS = ("arc_challenge", "arc_easy", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande")
+
+
+@dataclass(frozen=True)
+class ZeroshotOptions(LmEvalOptions):
+    """Zero-shot lm-eval benchmarks (paper Table 1 layout)."""
+
+    lm_tasks: list[str] = option(
+        list(PAPER_TASKS), help="lm-eval task names, comma-separated", flag="--tasks", parse=parse_str_list
+    )
 
 
 @dataclass(frozen=True)
@@ -26,35 +32,33 @@ class Benchmark:
     lm_task: str
 
 
-def make_samples(options, seed: int, limit: int | None = None) -> list[Benchmark]:
-    return [Benchmark(hashlib.sha256(f"zeroshot|{t}".encode()).hexdigest()[:16], t) for t in options.lm_tasks]
+def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list[Benchmark]:
+    return [Benchmark(sample_id(f"zeroshot|{t}"), t) for t in options.lm_tasks]
 
 
-def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[dict]:
+def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[Record]:
     options = config.options
     start = time.perf_counter()
     results = evaluate_tasks(
-        backend, [b.lm_task for b in batch], config.limit, options.ctx[0], options.lm_batch_size, options.include_path
+        backend.torch_module(),  # lm-eval's HF wrapper takes the loaded transformers model
+        [b.lm_task for b in batch],
+        config.limit,
+        options.ctx[0],
+        options.lm_batch_size,
+        options.include_path,
     )
     seconds = (time.perf_counter() - start) / len(batch)
     records = []
     for benchmark in batch:
         metric, value = headline_metric(results[benchmark.lm_task])
-        records.append(
-            {
-                "task": "zeroshot",
-                "model": backend.info.name,
-                "sample_id": benchmark.sample_id,
-                "lm_task": benchmark.lm_task,
-                "metric": metric,
-                "accuracy": value,
-                "metrics": results[benchmark.lm_task],
-                "limit": config.limit,
-                "prompt_tokens": 0,
-                "new_tokens": 0,
-                "seconds": round(seconds, 4),
-            }
-        )
+        fields = {
+            "lm_task": benchmark.lm_task,
+            "metric": metric,
+            "accuracy": value,
+            "metrics": results[benchmark.lm_task],
+            "limit": config.limit,
+        }
+        records.append(Record("zeroshot", backend.info.name, benchmark.sample_id, 0, 0, seconds, fields))
     return records
 
 
@@ -65,3 +69,20 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     if paper and set(table.columns) - {"average"} == set(PAPER_TASKS):  # the paper's average is over all seven
         table = pd.concat([table, pd.DataFrame.from_dict(TABLE1, orient="index")[list(table.columns)]])
     return {"table1": table.round(1)}
+
+
+TASK = Task(
+    name="zeroshot",
+    help="Zero-shot lm-eval benchmarks in the paper's Table 1 layout.",
+    options=ZeroshotOptions,
+    make_samples=make_samples,
+    evaluate=evaluate,
+    tables=tables,
+    titles={"table1": "Table 1 layout: zero-shot accuracy (%)"},
+    note="zero-shot lm-eval accuracy (%): acc_norm where the task reports it, else acc; average over the tasks",
+    summary_keys=["model", "lm_task"],
+    pair_keys=None,  # one aggregate per setting, no per-sample pairs
+    metrics={"accuracy": "accuracy"},
+    summary_value="accuracy",
+    needs=frozenset({"torch_module"}),
+)

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
+
+from diffeval.errors import InputError
 
 toy_app = typer.Typer(no_args_is_help=True, help="Train the tiny matched DIFF / baseline pair shipped in toy_models.")
 
@@ -48,6 +51,8 @@ def export_command(
     """Save a work folder's latest checkpoint as a loadable model folder."""
     from diffeval.toy.train import export_checkpoint
 
+    if not (Path(work) / "checkpoint.pt").is_file():
+        raise InputError(f"--work {work} holds no checkpoint.pt: give the work folder of `diffeval toy train`")
     step = export_checkpoint(work, out)
     typer.echo(f"{out}: step {step}")
 
@@ -60,5 +65,13 @@ def plot_command(
     """Loss curves of several training logs in one figure."""
     from diffeval.toy.plot import plot_losses
 
-    plot_losses(dict(item.split("=", 1) for item in logs), out)
+    named = {}
+    for item in logs:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"bad log {item!r}: give NAME=LOSS_CSV, e.g. toy-diff=work/training_log.csv")
+        if not Path(path).is_file():
+            raise InputError(f"loss log {path} does not exist: give the training_log.csv of a work folder")
+        named[name] = path
+    plot_losses(named, out)
     typer.echo(out)

@@ -6,9 +6,9 @@ cities, and the seed differs from the CLI's default, so tracking this never tune
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from diffeval.models.hf import HFBackend
+from diffeval.models.loading import LoadedModel, describe
+from diffeval.models.spec import ModelSpec
 from diffeval.tasks.needle import STOP, build_prompt, make_sample, score
 from diffeval.toy.corpus import VALIDATION_PLACES
 
@@ -24,8 +24,8 @@ def needle_accuracy(
     was_training = model.training
     model.eval()
     tokenizer.padding_side = "left"
-    loaded = SimpleNamespace(model=model, tokenizer=tokenizer, info=SimpleNamespace(name="toy"))
-    backend = HFBackend(loaded)
+    info = describe(ModelSpec("toy", "in-training"), model.config, model)
+    backend = HFBackend(LoadedModel(model, tokenizer, info))
     total, count = 0.0, 0
     for depth in DEPTHS:
         samples = [

@@ -1,0 +1,60 @@
+"""The task contract: one object per task family holds everything the runner, the CLI and the reports need.
+
+A task module builds its samples (pure, seeded), asks a backend for what it declares in `needs`, scores, and
+returns `Record`s; it owns its tables and plots. The runner calls only the fields declared here: there is no
+optional attribute looked up by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from diffeval.config import RunConfig, assemble
+from diffeval.errors import InputError
+from diffeval.models.backend import check_backend
+from diffeval.models.spec import parse_models
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    help: str  # one line for `diffeval run NAME --help`
+    options: type  # dataclass of `config.option` fields, with validate(); its fields become CLI options
+    make_samples: Callable[..., list]  # (options, seed, limit, prepared) → samples, each with a unique .sample_id
+    evaluate: Callable[..., Iterable]  # (batch, backend, config) → Records, yielded as each sample finishes
+    tables: Callable[..., dict]  # (records DataFrame, paper: bool) → {key: DataFrame}
+    titles: dict[str, str]  # table key (before any ":model" suffix) → title
+    note: str  # how the metrics are defined, printed above the tables
+    summary_keys: list[str]  # cells of summary.csv
+    pair_keys: list[str] | None  # cells of the paired DIFF − baseline statistics; None: no sample-level pairs
+    metrics: dict[str, str]  # gate/compare metric name → record column (mean over a model's scored samples)
+    summary_value: str = "score"  # the record column summary.csv and the paired statistics describe
+    needs: frozenset[str] = frozenset({"generate"})  # backend capabilities (models/backend.py CAPABILITIES)
+    run_options: tuple[str, ...] = ()  # RunConfig options this task's command shows besides the common ones
+    plots: Callable[..., list] | None = None  # (records, folder) → written PNG paths
+    check_inputs: Callable[[RunConfig], None] | None = None  # fail before any work on unreadable data
+    prepare: Callable[..., Any] | None = None  # (config, {model: Tokenizer}) → handed to make_samples as `prepared`
+    batches: Callable[..., list] | None = None  # (todo, config) → chunks; default: --batch-size samples per chunk
+    # (chunk, backend, config) → what evaluate receives instead of the chunk; the runner builds the next chunk's
+    # in a thread while the model works on this one
+    prepare_batch: Callable[..., Any] | None = None
+
+
+def registry(*tasks: Task) -> dict[str, Task]:
+    names = [t.name for t in tasks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"task names repeat: {names}")
+    return {t.name: t for t in tasks}
+
+
+def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
+    """Merge preset values and command-line flags (flags win) into a validated RunConfig for task `name`."""
+    if name not in tasks:
+        raise InputError(f"unknown task {name!r}: use one of {', '.join(tasks)}")
+    task = tasks[name]
+    values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
+    config = assemble(name, task.options, parse_models(values.pop("models", None)), values)
+    check_backend(name, task.needs, config.backend)
+    return config
