@@ -108,13 +108,30 @@ class RunConfig:
         False, help="use the model's chat template [default: off]", flag="--chat-template/--no-chat-template"
     )
     max_new_tokens: int = option(32, help="tokens to generate; also reserved in the budget [default: 32]")
-    batch_size: int = option(1, help="samples per backend call [default: 1]", identity=False)
+    batch_size: int | None = option(
+        None, help="prompts per backend call [default: 1 on hf, 256 on vllm]", type=int, identity=False
+    )
     limit: int | None = option(None, help="cap samples per cell (quick runs, CI)", type=int, identity=False)
     out: str | None = option(None, help="run folder [default: results/TASK-<config hash>]", identity=False)
     overwrite: bool = option(False, help="replace a run folder holding another config", identity=False)
     break_lock: bool = option(False, help="take a run folder's lock held from another host", identity=False)
     trust_remote_code: bool = option(False, help="allow custom model code")
     allow_overlength: bool = option(False, help="allow ctx beyond max positions")
+    # engine settings (vllm): placement and memory, so none is part of a run's identity
+    tensor_parallel_size: int = option(1, help="vllm: GPUs per model (tensor parallel) [default: 1]", identity=False)
+    gpu_memory_utilization: float = option(
+        0.9, help="vllm: fraction of GPU memory the engine may take [default: 0.9]", identity=False
+    )
+    enforce_eager: bool = option(False, help="vllm: no CUDA graphs (faster start, slower decode)", identity=False)
+    max_model_len: int | None = option(
+        None, help="vllm: longest sequence [default: the longest --ctx]", type=int, identity=False
+    )
+    kv_cache_gib: float | None = option(
+        None,
+        help="vllm: KV cache size in GiB [default: GPU: from the memory fraction; CPU: what the run needs, <= 2]",
+        type=float,
+        identity=False,
+    )
 
     def validate(self) -> RunConfig:
         if not self.models:
@@ -126,8 +143,12 @@ class RunConfig:
             raise InputError(f"bad --device {self.device!r}: use one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPES:
             raise InputError(f"bad --dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
-        if self.max_new_tokens < 1 or self.batch_size < 1:
+        if self.max_new_tokens < 1 or (self.batch_size is not None and self.batch_size < 1):
             raise InputError("--max-new-tokens and --batch-size must be at least 1")
+        if self.tensor_parallel_size < 1 or not 0 < self.gpu_memory_utilization <= 1:
+            raise InputError("--tensor-parallel-size must be at least 1 and --gpu-memory-utilization in (0, 1]")
+        if (self.kv_cache_gib is not None and self.kv_cache_gib <= 0) or (self.max_model_len or 1) < 1:
+            raise InputError("--kv-cache-gib and --max-model-len must be positive")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
         self.options.validate()

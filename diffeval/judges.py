@@ -2,7 +2,8 @@
 
 - `openai:MODEL`: the OpenAI chat completions API, key from OPENAI_API_KEY.
 - `openai-compatible:BASE_URL#MODEL`: any server speaking that API (e.g. vLLM); OPENAI_API_KEY is sent when set.
-- `hf:PATH`: a local causal LM through diffeval's backend; it compares the likelihood of " yes" and " no".
+- `hf:PATH`: a local causal LM through diffeval's backend factory (`--judge-backend hf` or `vllm`); it compares the
+  likelihood of " yes" and " no".
 - `overlap`: an offline, deterministic proxy (share of output numbers, names and content words that the source
   lacks); always labelled a proxy, never a hallucination rate.
 
@@ -220,14 +221,18 @@ class ChatJudge(Judge):
 class HFJudge(Judge):
     """A local causal LM: the verdict is whichever of " yes" / " no" is likelier after the judge prompt."""
 
-    def __init__(self, cache, path: str, device: str = "auto"):
-        from diffeval.models.backend import EngineSettings, make_backend
+    def __init__(self, cache, path: str, device: str = "auto", backend: str = "hf"):
+        from diffeval.models.backend import EngineSettings, check_backend, make_backend
+        from diffeval.models.loading import describe, load_config
         from diffeval.models.spec import ModelSpec
 
         super().__init__(cache)
+        check_backend("the hf: judge", frozenset({"score"}), backend)
+        spec = ModelSpec("judge", path)
         self.id = f"hf:{path}"
-        self.backend = make_backend(ModelSpec("judge", path), EngineSettings(device=device), "hf")
-        self.max_tokens = self.backend.info.max_positions or 4096
+        self.max_tokens = describe(spec, load_config(spec)).max_positions or 4096
+        settings = EngineSettings(device=device, max_model_len=self.max_tokens)
+        self.backend = make_backend(spec, settings, backend)
 
     def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
         ids = self.backend.encode(prompt + "\nVerdict:").ids
@@ -293,6 +298,7 @@ def make_judge(
     retries: int = 5,
     concurrency: int = 4,
     device: str = "auto",
+    backend: str = "hf",
 ) -> Judge:
     cache = VerdictCache(cache_dir or os.environ.get("DIFFEVAL_CACHE_DIR") or Path.home() / ".cache" / "diffeval")
     kind, _, rest = spec.partition(":")
@@ -305,5 +311,5 @@ def make_judge(
         if base_url.startswith(("http://", "https://")) and model:
             return ChatJudge(cache, base_url, model, spec, False, timeout, retries, concurrency)
     if kind == "hf" and rest:
-        return HFJudge(cache, rest, device)
+        return HFJudge(cache, rest, device, backend)
     raise InputError(f"bad --judge {spec!r}: use openai:MODEL, openai-compatible:BASE_URL#MODEL, hf:PATH or overlap")

