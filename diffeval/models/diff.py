@@ -69,6 +69,25 @@ def attention_map(q: torch.Tensor, k: torch.Tensor, scaling: float, mask: torch.
     return torch.softmax(logits.float(), dim=-1)
 
 
+def lambda_full(
+    lambda_q1: torch.Tensor, lambda_k1: torch.Tensor, lambda_q2: torch.Tensor, lambda_k2: torch.Tensor, lam_init: float
+) -> torch.Tensor:
+    """Eq. 2 as transformers' DiffLlama computes it in a forward pass: products in the parameters' dtype, sums and exp
+    in fp32, the result cast back."""
+    lambda_1 = torch.exp(torch.sum(lambda_q1 * lambda_k1, dim=-1, dtype=torch.float32)).to(lambda_q1.dtype)
+    lambda_2 = torch.exp(torch.sum(lambda_q2 * lambda_k2, dim=-1, dtype=torch.float32)).to(lambda_q1.dtype)
+    return lambda_1 - lambda_2 + lam_init
+
+
+def differential_heads(map1: torch.Tensor, map2: torch.Tensor, lam: torch.Tensor, lam_init: float, eps: float):
+    """Eq. 1 and Eq. 4 on attention outputs: (1 − λ_init) · RMSNorm(A1·V − λ · A2·V).
+
+    `map1` and `map2` are (..., H/2, 2·head_dim): differential head i's two softmax maps applied to its double-width
+    value. The RMSNorm has no weight and runs over the 2·head_dim features of each head.
+    """
+    return (1 - lam_init) * torch.nn.functional.rms_norm(map1 - lam * map2, (map1.shape[-1],), eps=eps)
+
+
 def split_differential(head_shares: torch.Tensor, lam: float) -> dict[str, torch.Tensor]:
     """Per-head attention quantities of one DiffLlama layer → map 1, map 2 and the differential map.
 

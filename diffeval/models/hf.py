@@ -59,7 +59,8 @@ class HFBackend:
             torch.cuda.empty_cache()
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
-        return self._encoder.render_prompt(user, answer_prefix, chat_template, self.info.name)
+        # the template is jinja on the tokenizer object, not the Rust encoder: the shared tokenizer is safe here
+        return HFTokenizer(self.tokenizer).render_prompt(user, answer_prefix, chat_template, self.info.name)
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         return self._encoder.encode(text, special_tokens)

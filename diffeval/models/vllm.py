@@ -24,6 +24,7 @@ from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.loading import describe, load_config, load_tokenizer
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer
+from diffeval.models.vllm_plugin import DIFF_ARCHITECTURE
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
 # diffeval draws its own progress and reports errors in one line; vLLM's notices (allocator hints, kernels it skips on
@@ -53,10 +54,15 @@ class VLLMBackend:
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
-        if info.is_diff:
+        if info.is_diff and info.architecture != DIFF_ARCHITECTURE:
             raise InputError(
-                f"model {info.name} is a DIFF model ({info.architecture}), which vLLM cannot run yet: "
-                "use --backend hf for it"
+                f"model {info.name} is a DIFF model of class {info.architecture}; vLLM runs DIFF models of class "
+                f"{DIFF_ARCHITECTURE} only: use --backend hf for it"
+            )
+        if info.is_diff and settings.tensor_parallel_size > 1:
+            raise InputError(
+                f"model {info.name} is a DIFF model: on vLLM it runs with --tensor-parallel-size 1 (a differential "
+                "head's two maps must stay on one GPU)"
             )
         if settings.device not in ("auto", _platform_device()):
             raise InputError(
