@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from diffeval.config import DEVICES, DTYPES, RunConfig, load_yaml, value_type
-from diffeval.errors import InputError
+from diffeval.errors import InputError, RunFailure
 from diffeval.judges import JudgeError
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks import TASKS, build_config
@@ -70,6 +70,8 @@ def _run_task(task: str, flags: dict) -> None:
     flags["models"] = flags.pop("model") or None
     run_config = build_config(task, load_yaml(config_path) if config_path else {}, flags)
     folder = runner.run(run_config, err_console)
+    if folder is None:  # --dry-run
+        return
     [report] = build_report([folder], ["md", "csv"])
     _print_report(report)
     console.print(f"results: {folder.path}  ({', '.join(p.name for p in report.written)})")
@@ -98,6 +100,8 @@ _RUN_FIELDS = {f.name: f for f in fields(RunConfig)}
 ModelOption, DeviceOption = ENTRY_OPTIONS["model"], _cli_option(_RUN_FIELDS["device"])
 LimitOption, OverwriteOption = _cli_option(_RUN_FIELDS["limit"]), _cli_option(_RUN_FIELDS["overwrite"])
 BreakLockOption, BackendOption = _cli_option(_RUN_FIELDS["break_lock"]), _cli_option(_RUN_FIELDS["backend"])
+RayOption, WorkersOption = _cli_option(_RUN_FIELDS["ray"]), _cli_option(_RUN_FIELDS["workers"])
+DryRunOption = _cli_option(_RUN_FIELDS["dry_run"])
 FailUnder = Annotated[
     list[str] | None, Opt("--fail-under", help="TASK.METRIC@MODEL=VALUE, e.g. needle.accuracy@diff=0.8; repeatable")
 ]
@@ -115,6 +119,9 @@ def run_suite(
     limit: LimitOption = None,
     overwrite: OverwriteOption = None,
     break_lock: BreakLockOption = None,
+    ray: RayOption = None,
+    workers: WorkersOption = None,
+    dry_run: DryRunOption = None,
     fail_under: FailUnder = None,
     paper: Annotated[bool, Opt("--paper", help="add the paper's numbers where the setting matches")] = False,
 ) -> None:
@@ -132,9 +139,14 @@ def run_suite(
         "limit": limit,
         "overwrite": overwrite,
         "break_lock": break_lock,
+        "ray": ray,
+        "workers": workers,
+        "dry_run": dry_run,
     }
     folder, configs = suite_configs(preset, out, flags)
     runs = [runner.run(config, err_console) for config in configs]
+    if dry_run:
+        return
     reports = build_report(runs, ["md", "csv", "html"], out=folder / "report", paper=paper)
     for report in reports:
         _print_report(report)
@@ -253,16 +265,27 @@ def _print_report(report) -> None:
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        app(args=_ray_default(sys.argv[1:]), standalone_mode=False)
     except InputError as exc:
         _fail(str(exc), 2)
-    except JudgeError as exc:
+    except (JudgeError, RunFailure) as exc:
         _fail(str(exc), 1)
     except (typer.Abort, KeyboardInterrupt):
         err_console.print("interrupted: finished samples are saved; rerun the same command to resume")
         sys.exit(130)
     except typer.TyperException as exc:  # usage errors: unknown option, missing argument, bad type
         _fail(exc.format_message(), getattr(exc, "exit_code", 2))
+
+
+def _ray_default(args: list[str]) -> list[str]:
+    """`--ray` alone means a local Ray instance: Typer options take a value, so the CLI supplies `local`."""
+    return [
+        item
+        for i, arg in enumerate(args)
+        for item in (
+            [arg, "local"] if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")) else [arg]
+        )
+    ]
 
 
 def _fail(message: str, code: int) -> None:

@@ -126,6 +126,20 @@ class RunConfig:
     max_model_len: int | None = option(
         None, help="vllm: longest sequence [default: the longest --ctx]", type=int, identity=False
     )
+    # scale-out on Ray: where and how wide a run goes, never what it computes
+    ray: str | None = option(
+        None, help="run on Ray: alone, a local instance; auto or HOST:PORT joins a cluster", identity=False
+    )
+    workers: int | None = option(None, help="Ray workers (actors) per model [default: 1]", type=int, identity=False)
+    gpus_per_worker: float | None = option(
+        None,
+        help="GPUs per Ray worker [default: --tensor-parallel-size on vllm, 1 on hf, 0 without GPUs]",
+        type=float,
+        identity=False,
+    )
+    cpus_per_worker: float = option(1.0, help="CPUs per Ray worker [default: 1]", identity=False)
+    dry_run: bool = option(False, help="print samples and token totals per task and model, load no model",
+                           identity=False)  # fmt: skip
     kv_cache_gib: float | None = option(
         None,
         help="vllm: KV cache size in GiB [default: GPU: from the memory fraction; CPU: what the run needs, <= 2]",
@@ -149,6 +163,14 @@ class RunConfig:
             raise InputError("--tensor-parallel-size must be at least 1 and --gpu-memory-utilization in (0, 1]")
         if (self.kv_cache_gib is not None and self.kv_cache_gib <= 0) or (self.max_model_len or 1) < 1:
             raise InputError("--kv-cache-gib and --max-model-len must be positive")
+        if self.workers is not None and not self.ray:
+            raise InputError("--workers needs --ray: add --ray for a local Ray instance, or --ray HOST:PORT")
+        if (
+            (self.workers is not None and self.workers < 1)
+            or self.cpus_per_worker <= 0
+            or (self.gpus_per_worker or 0) < 0
+        ):
+            raise InputError("--workers and --cpus-per-worker must be positive, --gpus-per-worker not negative")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
         self.options.validate()

@@ -3,3 +3,8 @@
 
 class InputError(Exception):
     """Bad user input: the message says what is wrong and how to fix it."""
+
+
+class RunFailure(Exception):
+    """A run stopped for a reason outside the input (e.g. too many workers died): finished samples are saved, the
+    message says what happened, and rerunning the same command resumes. Exit code 1."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 from rich.console import Console
 from rich.progress import (
@@ -17,12 +18,14 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.table import Table
 
 from diffeval.config import RunConfig
 from diffeval.errors import InputError
 from diffeval.lock import FolderLock
 from diffeval.models.backend import EngineSettings, check_model, make_backend, open_tokenizer
 from diffeval.models.loading import check_checkpoint, describe, library_versions
+from diffeval.models.tokenizer import PromptTokenizer
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
 from diffeval.tasks.base import Task
@@ -71,7 +74,27 @@ def make_samples(task: Task, config: RunConfig) -> list:
     return task.make_samples(config.options, config.seed, config.limit, prepared)
 
 
-def run(config: RunConfig, console: Console | None = None) -> RunFolder:
+def dry_run(config: RunConfig, task: Task, folder: RunFolder) -> Table:
+    """Per model: samples, how many are done, prompt tokens in total and generated tokens at most. Only tokenizers
+    are loaded."""
+    samples = make_samples(task, config)
+    done = folder.read_records().done_keys()
+    settings = EngineSettings.from_config(config)
+    table = Table(title=f"{task.name}: dry run into {folder.path} (no model loaded)")
+    for column in ("model", "samples", "done", "prompt tokens", "generated tokens (at most)"):
+        table.add_column(column, justify="left" if column == "model" else "right")
+    for spec in config.models:
+        sizes = ("n/a", "n/a")
+        if task.sizing is not None:
+            tokenizer = PromptTokenizer(open_tokenizer(spec, settings, config.backend), spec.name)
+            sizes = tuple(f"{n:,}" for n in task.sizing(samples, tokenizer, config))
+        finished = sum((spec.name, s.sample_id) in done for s in samples)
+        table.add_row(spec.name, f"{len(samples):,}", f"{finished:,}", *sizes)
+    return table
+
+
+def run(config: RunConfig, console: Console | None = None) -> RunFolder | None:
+    """Evaluate, or with --dry-run print the run's size and return None."""
     console = console or Console(stderr=True)
     task = TASKS[config.task]
     infos = check_models(config)
@@ -79,7 +102,15 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
         task.check_inputs(config)
     folder = RunFolder(config.out_dir())
     folder.check_identity(config)  # before the lock: a refused run leaves the folder as it was
-    with FolderLock(folder.path, config.break_lock):
+    if config.dry_run:
+        Console().print(dry_run(config, task, folder))
+        return None
+    cluster = nullcontext()
+    if config.ray:  # an unreachable cluster or a missing install is refused before the folder is touched
+        from diffeval.scale import ray_session
+
+        cluster = ray_session(config.ray)
+    with cluster, FolderLock(folder.path, config.break_lock):
         folder.prepare(config, {"versions": library_versions(), "models": infos})
         samples = make_samples(task, config)
         records = folder.read_records()
@@ -88,6 +119,13 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder:
         done = records.done_keys()
         _evaluate_all(task, config, samples, done, folder, console)
     return folder
+
+
+def chunks_of(task: Task, todo: list, config: RunConfig) -> list[list]:
+    """A model's remaining samples in the chunks one backend call takes (the task's own, or --batch-size)."""
+    if task.batches is not None:
+        return task.batches(todo, config)
+    return [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
 
 
 def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folder: RunFolder, console) -> None:
@@ -102,26 +140,36 @@ def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folde
         console=console,
         refresh_per_second=2,  # the bar redraws in a thread; rarer redraws leave the model more of the GIL
     )
-    settings = EngineSettings.from_config(config)
+    todo = {spec.name: [s for s in samples if (spec.name, s.sample_id) not in done] for spec in config.models}
+    bars = {name: progress.add_task(name, total=len(items), rate="") for name, items in todo.items()}
+    tokens, starts = dict.fromkeys(todo, 0), {}
+
+    def report(model: str, record: dict) -> None:
+        """Advance the model's bar; tokens/s over all its workers since its first record."""
+        start = starts.setdefault(model, time.perf_counter())
+        tokens[model] += record["prompt_tokens"] + record["new_tokens"]
+        rate = f"{tokens[model] / max(time.perf_counter() - start, 1e-9):,.0f} tok/s"
+        progress.update(bars[model], advance=1, rate=rate)
+
     with folder.open_for_append() as writer, progress:
+        if config.ray:
+            from diffeval.scale import evaluate_on_ray
+
+            chunks = {name: chunks_of(task, items, config) for name, items in todo.items()}
+            evaluate_on_ray(task, config, chunks, writer, report, folder.record_model)
+            return
+        settings = EngineSettings.from_config(config)
         for spec in config.models:
-            todo = [s for s in samples if (spec.name, s.sample_id) not in done]
-            bar = progress.add_task(spec.name, total=len(todo), rate="")
-            if not todo:
+            if not todo[spec.name]:
                 continue
             backend = make_backend(spec, settings, config.backend)
             try:
                 folder.record_model(spec.name, backend.info.to_dict())
-                tokens, start = 0, time.perf_counter()
-                if task.batches is not None:
-                    chunks = task.batches(todo, config)
-                else:
-                    chunks = [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
-                for prepared in _prepared_chunks(task, chunks, backend, config):
+                starts[spec.name] = time.perf_counter()
+                for prepared in _prepared_chunks(task, chunks_of(task, todo[spec.name], config), backend, config):
                     for record in task.evaluate(prepared, backend, config):
-                        writer.append(record.to_dict())
-                        tokens += record.prompt_tokens + record.new_tokens
-                        rate = f"{tokens / (time.perf_counter() - start):,.0f} tok/s"
-                        progress.update(bar, advance=1, rate=rate)
+                        row = record.to_dict()
+                        writer.append(row)
+                        report(spec.name, row)
             finally:
                 backend.close()

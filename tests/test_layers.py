@@ -14,7 +14,7 @@ LAYERS = [
     ["diffeval.models"],
     ["diffeval.judges"],
     ["diffeval.tasks"],
-    ["diffeval.runner", "diffeval.suite", "diffeval.toy"],
+    ["diffeval.runner", "diffeval.suite", "diffeval.toy", "diffeval.scale"],
     ["diffeval.report"],
     ["diffeval.cli", "diffeval.__main__"],
 ]

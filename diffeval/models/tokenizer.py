@@ -31,3 +31,19 @@ class HFTokenizer:
             raise InputError(f"model {model} has no chat template: rerun with --no-chat-template")
         messages = [{"role": "user", "content": user}]
         return self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + answer_prefix
+
+
+class PromptTokenizer:
+    """A model's tokenizer standing in for its backend where prompts are only built, never run (`--dry-run`)."""
+
+    def __init__(self, tokenizer: HFTokenizer, name: str):
+        self.tokenizer, self.name = tokenizer, name
+
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding:
+        return self.tokenizer.encode(text, special_tokens)
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids)
+
+    def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
+        return self.tokenizer.render_prompt(user, answer_prefix, chat_template, self.name)

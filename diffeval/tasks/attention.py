@@ -239,4 +239,5 @@ TASK = Task(
     run_options=("chat_template", "max_new_tokens"),
     plots=plots,
     check_inputs=needle.check_inputs,
+    sizing=lambda samples, tokenizer, config: (needle.sizing(samples, tokenizer, config)[0], 0),  # no generation
 )

@@ -40,6 +40,9 @@ class Task:
     # (chunk, backend, config) → what evaluate receives instead of the chunk; the runner builds the next chunk's
     # in a thread while the model works on this one
     prepare_batch: Callable[..., Any] | None = None
+    # (samples, prompt tokenizer, config) → (prompt tokens, generated tokens at most), from the tokenizer alone, for
+    # --dry-run; None where the task cannot know (lm-eval builds its own prompts)
+    sizing: Callable[..., tuple[int, int]] | None = None
 
 
 def registry(*tasks: Task) -> dict[str, Task]:

@@ -208,6 +208,16 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     return out
 
 
+def sizing(samples: list[HallucinationSample], tokenizer, config) -> tuple[int, int]:
+    """Each document's prompt as fitted to the budget; generation at most the dataset's output length."""
+    prompt = generated = 0
+    for sample in samples:
+        spec = data.SPECS[sample.dataset]
+        prompt += len(fit_prompt(spec, sample.document, tokenizer, config.options.ctx[0] - spec.max_new_tokens)[0])
+        generated += spec.max_new_tokens
+    return prompt, generated
+
+
 TASK = Task(
     name="hallucination",
     help="Contextual hallucination on summarization and QA (paper Table 4), judged.",
@@ -232,4 +242,5 @@ TASK = Task(
     plots=plots,
     check_inputs=check_inputs,
     batches=batches,
+    sizing=sizing,
 )

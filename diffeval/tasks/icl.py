@@ -387,6 +387,20 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     return [shots_png, box_png]
 
 
+def sizing(samples: list[ICLSample], tokenizer, config) -> tuple[int, int]:
+    """Demonstration block plus query per sample (labels are scored, not generated)."""
+    total, blocks = 0, {}
+    for sample in samples:
+        run = sample.run
+        if run.key not in blocks:
+            blocks[run.key] = len(tokenizer.encode(demonstration_block(run, config.options.data_dir, config.seed)).ids)
+        text = format_example(
+            run.dataset, dataset(run.dataset, config.options.data_dir).test[sample.test_id].text, None
+        )
+        total += blocks[run.key] + len(tokenizer.encode(text, special_tokens=False).ids)
+    return total, 0
+
+
 TASK = Task(
     name="icl",
     help="Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
@@ -412,4 +426,5 @@ TASK = Task(
     check_inputs=check_inputs,
     prepare=prepare,
     batches=batches,
+    sizing=sizing,
 )

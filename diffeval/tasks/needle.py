@@ -556,6 +556,12 @@ def evaluate(batch: list[tuple[NeedleSample, NeedlePrompt]], backend: Backend, c
     ]
 
 
+def sizing(samples: list[NeedleSample], tokenizer, config) -> tuple[int, int]:
+    """Prompt tokens of every sample as this model's tokenizer fits them; generation at most --max-new-tokens each."""
+    prompts = prepare_batch(samples, tokenizer, config)
+    return sum(len(p.ids) for _, p in prompts), config.max_new_tokens * len(samples)
+
+
 TASK = Task(
     name="needle",
     help="Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
@@ -576,4 +582,5 @@ TASK = Task(
     plots=plots,
     check_inputs=check_inputs,
     prepare_batch=prepare_batch,
+    sizing=sizing,
 )

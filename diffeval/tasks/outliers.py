@@ -186,4 +186,5 @@ TASK = Task(
     summary_value="max_attention_logit",
     needs=frozenset({"torch_module"}),
     check_inputs=check_inputs,
+    sizing=lambda samples, tokenizer, config: (sum(s.seq_len for s in samples), 0),
 )

@@ -1,0 +1,159 @@
+"""Scale-out on Ray: one run sharded over many GPUs and machines, with the driver as the only writer.
+
+The driver (this process) holds the run folder's lock, makes the samples, skips those done, and streams chunks of the
+rest to Ray actors, a free worker taking the next chunk, so fast workers take more. A worker holds one loaded
+backend for one model and returns records; it never writes. The driver appends them to samples.jsonl in sample
+order (a chunk that finishes early waits for the ones before it), so a sharded run writes what a single-process run
+writes. Models run one after another, each over all workers.
+
+Faults: Ray restarts a worker whose process dies (kill -9, out of memory) once and retries its chunk there
+(`max_restarts`, `max_task_retries`); a worker that dies for good hands its chunk back to the queue for the others.
+When every worker of a model is gone, the run stops with one line. Nothing is written twice: records reach the file
+only from the driver, once per chunk. When the driver dies, rerunning the same command resumes, as without Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections import deque
+from collections.abc import Callable
+from contextlib import contextmanager
+
+from diffeval.config import RunConfig
+from diffeval.errors import InputError, RunFailure
+from diffeval.models.backend import EngineSettings, make_backend
+from diffeval.results import RecordWriter
+from diffeval.tasks import TASKS
+from diffeval.tasks.base import Task
+
+NAMESPACE = "diffeval"
+
+
+class EvalWorker:
+    """A Ray actor: one backend for one model; evaluates chunks of samples and returns their records."""
+
+    def __init__(self, task: str, spec, config: RunConfig):
+        import torch
+
+        torch.set_num_threads(max(1, int(config.cpus_per_worker)))
+        self.task, self.config = TASKS[task], config
+        self.backend = make_backend(spec, EngineSettings.from_config(config), config.backend)
+
+    def evaluate(self, chunk: list) -> list[dict]:
+        task = self.task
+        prepared = task.prepare_batch(chunk, self.backend, self.config) if task.prepare_batch else chunk
+        return [record.to_dict() for record in task.evaluate(prepared, self.backend, self.config)]
+
+    def info(self) -> dict:
+        return self.backend.info.to_dict()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+@contextmanager
+def ray_session(address: str):
+    """Connected to Ray for the length of a run; a local instance started here stops with it."""
+    connect(address)
+    import ray
+
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def connect(address: str) -> None:
+    """A local Ray instance (`local`), or an existing cluster (`auto`, HOST:PORT). One line when unreachable."""
+    try:
+        import ray
+    except ImportError:
+        raise InputError('--ray needs Ray: pip install "diffeval[ray]"') from None
+    host, sep, port = address.rpartition(":")
+    if sep and port.isdigit():  # ray.init waits long on an address where nothing listens: say so at once
+        try:
+            socket.create_connection((host, int(port)), timeout=5).close()
+        except OSError as exc:
+            raise InputError(
+                f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}): start one with `ray start --head`, "
+                "or check the address"
+            ) from None
+    options = dict(include_dashboard=False, log_to_driver=False, namespace=NAMESPACE, logging_level="ERROR")
+    try:
+        ray.init(**options) if address == "local" else ray.init(address=address, **options)
+    except (ConnectionError, RuntimeError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise InputError(
+            f"cannot reach a Ray cluster at {address} ({first}): start one with `ray start --head`, or check the "
+            "address"
+        ) from None
+
+
+def gpus_per_worker(config: RunConfig) -> float:
+    if config.gpus_per_worker is not None:
+        return config.gpus_per_worker
+    import torch
+
+    if not torch.cuda.is_available():
+        return 0
+    return config.tensor_parallel_size if config.backend == "vllm" else 1
+
+
+def evaluate_on_ray(
+    task: Task,
+    config: RunConfig,
+    chunks_per_model: dict,
+    writer: RecordWriter,
+    report: Callable[[str, dict], None],
+    record_model: Callable[[str, dict], None],
+) -> None:
+    """Evaluate every model's chunks on `config.workers` Ray workers; `record_model(model, info)` once every worker has
+    loaded the model, then `report(model, record)` after each record is written."""
+    import ray
+    from ray.exceptions import RayActorError, RayTaskError
+
+    remote = ray.remote(EvalWorker)
+    placement = dict(
+        num_cpus=config.cpus_per_worker, num_gpus=gpus_per_worker(config), max_restarts=1, max_task_retries=1
+    )
+    for spec in config.models:
+        chunks = chunks_per_model[spec.name]
+        if not chunks:
+            continue
+        workers = [
+            remote.options(name=f"{spec.name}-{i}-{time.time_ns()}", **placement).remote(task.name, spec, config)
+            for i in range(config.workers or 1)
+        ]
+        record_model(spec.name, ray.get([w.info.remote() for w in workers])[0])  # every worker has loaded it
+        queue, idle, in_flight = deque(range(len(chunks))), list(workers), {}
+        finished: dict[int, list[dict]] = {}
+        next_to_write = 0
+        while queue or in_flight:
+            while queue and idle:
+                worker, index = idle.pop(), queue.popleft()
+                in_flight[worker.evaluate.remote(chunks[index])] = (index, worker)
+            [done], _ = ray.wait(list(in_flight), num_returns=1)
+            index, worker = in_flight.pop(done)
+            try:
+                finished[index] = ray.get(done)
+            except RayTaskError as exc:  # the task raised: surface its own error (an InputError stays one line)
+                raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
+            except RayActorError:
+                workers.remove(worker)  # gone for good (Ray already restarted it once): its chunk goes back
+                queue.appendleft(index)
+                if not workers:
+                    raise RunFailure(
+                        f"every Ray worker of model {spec.name} died (the last while evaluating chunk {index}); "
+                        "finished samples are saved: rerun the same command to resume"
+                    ) from None
+                continue
+            idle.append(worker)
+            while next_to_write in finished:  # in sample order, as a single-process run writes
+                for record in finished.pop(next_to_write):
+                    writer.append(record)
+                    report(spec.name, record)
+                next_to_write += 1
+        for worker in workers:
+            ray.kill(worker)
