@@ -388,16 +388,16 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
 
 
 def sizing(samples: list[ICLSample], tokenizer, config) -> tuple[int, int]:
-    """Demonstration block plus query per sample (labels are scored, not generated)."""
-    total, blocks = 0, {}
+    """Prompt tokens as computed: each run's demonstration block once (its KV cache serves every query), plus every
+    query. Labels are scored, not generated."""
+    total, blocks = 0, set()
     for sample in samples:
         run = sample.run
         if run.key not in blocks:
-            blocks[run.key] = len(tokenizer.encode(demonstration_block(run, config.options.data_dir, config.seed)).ids)
-        text = format_example(
-            run.dataset, dataset(run.dataset, config.options.data_dir).test[sample.test_id].text, None
-        )
-        total += blocks[run.key] + len(tokenizer.encode(text, special_tokens=False).ids)
+            blocks.add(run.key)
+            total += len(tokenizer.encode(demonstration_block(run, config.options.data_dir, config.seed)).ids)
+        test = dataset(run.dataset, config.options.data_dir).test[sample.test_id]
+        total += len(tokenizer.encode(format_example(run.dataset, test.text, None), special_tokens=False).ids)
     return total, 0
 
 
