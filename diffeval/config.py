@@ -161,7 +161,9 @@ class RunConfig:
             raise InputError("--max-new-tokens and --batch-size must be at least 1")
         if self.tensor_parallel_size < 1 or not 0 < self.gpu_memory_utilization <= 1:
             raise InputError("--tensor-parallel-size must be at least 1 and --gpu-memory-utilization in (0, 1]")
-        if (self.kv_cache_gib is not None and self.kv_cache_gib <= 0) or (self.max_model_len or 1) < 1:
+        if (self.kv_cache_gib is not None and self.kv_cache_gib <= 0) or (
+            self.max_model_len is not None and self.max_model_len < 1
+        ):
             raise InputError("--kv-cache-gib and --max-model-len must be positive")
         if self.workers is not None and not self.ray:
             raise InputError("--workers needs --ray: add --ray for a local Ray instance, or --ray HOST:PORT")

@@ -61,6 +61,13 @@ class RunFolder:
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"--out {self.path} is a file: give a folder path")
         existing = self.read_run()
+        if config.overwrite and existing is None and self.path.is_dir():
+            others = [p.name for p in self.path.iterdir() if p.name != LOCK_FILE]
+            if others:  # --overwrite empties a run folder, never an arbitrary one
+                raise InputError(
+                    f"--out {self.path} is not a diffeval run folder (no run.json) and holds {len(others)} file(s): "
+                    "give an empty or new folder, or a run folder, with --overwrite"
+                )
         if existing is None or config.overwrite:
             return
         changed = changed_keys(config.identity_of(existing["config"]), config.identity())
@@ -72,13 +79,16 @@ class RunFolder:
 
     def prepare(self, config: RunConfig, metadata: dict[str, Any]) -> None:
         """Start or resume a run (call with the folder's lock held). --overwrite empties the folder first."""
+        self.check_identity(config)  # again, under the lock: another run may have started here since the first check
         existing = None if config.overwrite else self.read_run()
         if config.overwrite:
             for child in self.path.iterdir():
                 if child.name != LOCK_FILE:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
         run = existing if existing is not None else {"created": _now()}
-        run.update({"config": config.to_dict(), "updated": _now(), **metadata})
+        # what loading a model showed (parameters, learned λ) outlives a resume that no longer loads it
+        models = {**metadata.get("models", {}), **run.get("models", {})}
+        run.update({"config": config.to_dict(), "updated": _now(), **metadata, "models": models})
         self._write_run(run)
 
     def record_model(self, name: str, info: dict[str, Any]) -> None:

@@ -72,7 +72,7 @@ def connect(address: str) -> None:
     except ImportError:
         raise InputError('--ray needs Ray: pip install "diffeval[ray]"') from None
     host, sep, port = address.rpartition(":")
-    if sep and port.isdigit():  # ray.init waits long on an address where nothing listens: say so at once
+    if sep and port.isdigit() and "://" not in address:  # ray.init waits long where nothing listens: say so at once
         try:
             socket.create_connection((host, int(port)), timeout=5).close()
         except OSError as exc:
@@ -82,23 +82,38 @@ def connect(address: str) -> None:
             ) from None
     options = dict(include_dashboard=False, log_to_driver=False, namespace=NAMESPACE, logging_level="ERROR")
     try:
-        ray.init(**options) if address == "local" else ray.init(address=address, **options)
+        ray.init(address=address, **options)  # "local" always starts a new instance, whatever RAY_ADDRESS says
     except (ConnectionError, RuntimeError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
         raise InputError(
-            f"cannot reach a Ray cluster at {address} ({first}): start one with `ray start --head`, or check the "
-            "address"
+            f"cannot reach a Ray cluster at {address} ({_first_line(exc)}): start one with `ray start --head`, or "
+            "check the address"
         ) from None
 
 
 def gpus_per_worker(config: RunConfig) -> float:
+    """--gpus-per-worker, else by the cluster (not this driver, which may be a CPU-only head node): none without GPUs,
+    --tensor-parallel-size on vllm, 1 on hf."""
+    import ray
+
     if config.gpus_per_worker is not None:
         return config.gpus_per_worker
-    import torch
-
-    if not torch.cuda.is_available():
+    if not ray.cluster_resources().get("GPU", 0):
         return 0
     return config.tensor_parallel_size if config.backend == "vllm" else 1
+
+
+def check_fits(config: RunConfig, gpus: float) -> None:
+    """Actors that cannot be placed would wait forever: refuse a request larger than the cluster, in one line."""
+    import ray
+
+    have = ray.cluster_resources()
+    workers = config.workers or 1
+    for resource, each in (("CPU", config.cpus_per_worker), ("GPU", gpus)):
+        if each and workers * each > have.get(resource, 0):
+            raise InputError(
+                f"{workers} workers x {each:g} {resource} need {workers * each:g} {resource}s, but the Ray cluster has "
+                f"{have.get(resource, 0):g}: lower --workers or --{resource.lower()}s-per-worker"
+            )
 
 
 def evaluate_on_ray(
@@ -115,9 +130,9 @@ def evaluate_on_ray(
     from ray.exceptions import RayActorError, RayTaskError
 
     remote = ray.remote(EvalWorker)
-    placement = dict(
-        num_cpus=config.cpus_per_worker, num_gpus=gpus_per_worker(config), max_restarts=1, max_task_retries=1
-    )
+    gpus = gpus_per_worker(config)
+    check_fits(config, gpus)
+    placement = dict(num_cpus=config.cpus_per_worker, num_gpus=gpus, max_restarts=1, max_task_retries=1)
     for spec in config.models:
         chunks = chunks_per_model[spec.name]
         if not chunks:
@@ -126,7 +141,11 @@ def evaluate_on_ray(
             remote.options(name=f"{spec.name}-{i}-{time.time_ns()}", **placement).remote(task.name, spec, config)
             for i in range(config.workers or 1)
         ]
-        record_model(spec.name, ray.get([w.info.remote() for w in workers])[0])  # every worker has loaded it
+        try:
+            infos = ray.get([w.info.remote() for w in workers])  # every worker has loaded the model
+        except RayActorError as exc:
+            raise RunFailure(f"Ray workers for model {spec.name} failed to start: {_first_line(exc)}") from None
+        record_model(spec.name, infos[0])
         queue, idle, in_flight = deque(range(len(chunks))), list(workers), {}
         finished: dict[int, list[dict]] = {}
         next_to_write = 0
@@ -139,11 +158,13 @@ def evaluate_on_ray(
             try:
                 finished[index] = ray.get(done)
             except RayTaskError as exc:  # the task raised: surface its own error (an InputError stays one line)
+                _save_finished(finished, writer, report, spec.name)
                 raise (exc.cause if isinstance(exc.cause, Exception) else exc) from None
             except RayActorError:
                 workers.remove(worker)  # gone for good (Ray already restarted it once): its chunk goes back
                 queue.appendleft(index)
                 if not workers:
+                    _save_finished(finished, writer, report, spec.name)
                     raise RunFailure(
                         f"every Ray worker of model {spec.name} died (the last while evaluating chunk {index}); "
                         "finished samples are saved: rerun the same command to resume"
@@ -157,3 +178,16 @@ def evaluate_on_ray(
                 next_to_write += 1
         for worker in workers:
             ray.kill(worker)
+
+
+def _save_finished(finished: dict[int, list[dict]], writer: RecordWriter, report, model: str) -> None:
+    """Before a run stops, save the chunks that finished out of order: readers key records on model and sample id."""
+    for index in sorted(finished):
+        for record in finished.pop(index):
+            writer.append(record)
+            report(model, record)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__

@@ -140,3 +140,12 @@ def test_damaged_run_json_is_one_line_for_report_compare_and_resume(damage, tmp_
             expected = "holds a run with a different config (task differ)"
         assert_one_line(result, expected)
     assert _snapshot(folder) == before
+
+
+def test_overwrite_never_empties_a_folder_that_is_not_a_run(tmp_path):
+    folder = tmp_path / "my-project"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    result = run_cli("run", "needle", "--ctx", "1k", "--samples", "1", "--out", str(folder), "--overwrite")
+    assert_one_line(result, "is not a diffeval run folder (no run.json)")
+    assert (folder / "notes.txt").read_text() == "keep me"

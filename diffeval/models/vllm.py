@@ -128,7 +128,7 @@ class VLLMBackend:
         of every query reads it from the prefix cache; without, every request recomputes its whole prompt.
         """
         nodes = _trie(choices)
-        if reuse:  # fill the cache with the shared prefix first, so the batch below reads it instead of racing it
+        if reuse and prefix:  # fill the cache with the shared prefix first, so the batch below reads it, not races it
             self._requests([prefix], [[]], reuse=True)
         for query in queries:
             context = prefix + query
@@ -173,6 +173,8 @@ class VLLMBackend:
         raise InputError("backend vllm has no torch_module: use --backend hf")
 
     def close(self) -> None:
+        # an in-process engine keeps its memory until shut down; dropping the reference alone would leak it
+        self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
         gc.collect()
         if torch.cuda.is_available():
@@ -203,6 +205,8 @@ def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, devic
     if device == "cuda":
         return None
     width = 2 if dtype in ("bfloat16", "float16") else 4
-    per_token = 2 * (info.layers or 1) * (info.kv_heads or 1) * (info.head_dim or 1) * width
-    needed = per_token * (settings.max_model_len + 512) * settings.batch_size  # + a few blocks: vLLM rounds up
-    return int(min(max(needed, 64 * 2**20), CPU_KV_CACHE_CAP_GIB * 2**30))
+    caches = 2 if info.is_diff else 1  # diffeval's DiffLlama keeps K and V twice (models/vllm_diffllama.py)
+    per_token = caches * 2 * (info.layers or 1) * (info.kv_heads or 1) * (info.head_dim or 1) * width
+    one_sequence = per_token * (settings.max_model_len + 512)  # + a few blocks: vLLM rounds up
+    cap = max(CPU_KV_CACHE_CAP_GIB * 2**30, one_sequence)  # never below what one max-length sequence needs
+    return int(min(max(one_sequence * settings.batch_size, 64 * 2**20), cap))
