@@ -120,7 +120,8 @@ def vllm_agreement(path: Path, prompts: int = 16, length: int = 4096) -> tuple[i
 
     settings = EngineSettings(dtype="bfloat16", max_model_len=length + 64, batch_size=prompts)
     hf = make_backend(ModelSpec("m", str(path)), settings, "hf")
-    words = " ".join(NOISE_SENTENCES * (length // 20 + 40)).split()
+    sentence_words = " ".join(NOISE_SENTENCES).split()
+    words = sentence_words * (1 + (2 * length + 97 * prompts) // len(sentence_words))  # enough for every cut
     batch = [hf.encode(" ".join(words[i * 97 :])).ids[:length] for i in range(prompts)]  # 16 different cuts
     reference = [hf.generate([ids], 32, [])[0].text for ids in batch]
     gaps = []
