@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
@@ -59,19 +59,10 @@ class EngineSettings:
 
     @classmethod
     def from_config(cls, config) -> EngineSettings:
-        return cls(
-            device=config.device,
-            dtype=config.dtype,
-            attn_impl=config.attn_impl,
-            trust_remote_code=config.trust_remote_code,
-            max_model_len=config.max_model_len or max(config.options.ctx),
-            allow_overlength=config.allow_overlength,
-            batch_size=config.batch_size,
-            tensor_parallel_size=config.tensor_parallel_size,
-            gpu_memory_utilization=config.gpu_memory_utilization,
-            enforce_eager=config.enforce_eager,
-            kv_cache_gib=config.kv_cache_gib,
-        )
+        """The run's engine options (RunConfig has a field of each name); the length defaults to the longest --ctx."""
+        values = {f.name: getattr(config, f.name) for f in fields(cls)}
+        values["max_model_len"] = config.max_model_len or max(config.options.ctx)
+        return cls(**values)
 
 
 class Tokenizer(Protocol):
