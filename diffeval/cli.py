@@ -216,6 +216,43 @@ def _apply_gates(gates, reports) -> None:
         sys.exit(1)
 
 
+@app.command("view")
+def view(
+    run_dirs: Annotated[list[str], typer.Argument(help="run or suite folders (finished, partial or damaged)")],
+    port: Annotated[int, Opt(help="port to serve on; 0 takes a free one")] = 0,
+    host: Annotated[str, Opt(help="address to bind; the default serves this machine only")] = "127.0.0.1",
+    export: Annotated[str | None, Opt(help="write the viewer as static files into this folder instead")] = None,
+) -> None:
+    """Browse runs sample by sample in the browser: tables with clickable cells, filters, each sample on every model."""
+    from pathlib import Path
+
+    from diffeval.report.gates import run_folders
+
+    folders = [f.path for f in run_folders(run_dirs)]
+    if export is not None:
+        from diffeval.view.export import export as write_export
+
+        page = write_export(folders, Path(export), err_console)
+        console.print(f"wrote {page}: open it in a browser (no server needed)", soft_wrap=True)
+        return
+    from diffeval.view.server import make_server
+
+    if not 0 <= port <= 65535:
+        raise InputError(f"--port {port}: use 1-65535, or 0 for a free port")
+    try:
+        server = make_server(folders, host, port)
+    except OSError as exc:
+        raise InputError(f"cannot serve on {host}:{port} ({exc.strerror}): use another --port, or 0") from None
+    shown = f"[{host}]" if ":" in host else host
+    console.print(f"diffeval view: http://{shown}:{server.server_address[1]}/  (Ctrl-C stops)", soft_wrap=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        console.print("stopped")
+    finally:
+        server.server_close()
+
+
 @models_app.command("inspect")
 def models_inspect(
     spec: Annotated[str, typer.Argument(help="PATH_OR_HUB_ID[:diff|:base]")],

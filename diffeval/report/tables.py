@@ -17,7 +17,7 @@ from diffeval.errors import InputError
 from diffeval.report.stats import paired_difference, summarize
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 FORMATS = ("md", "csv", "latex", "html")
 
@@ -59,7 +59,9 @@ class LoadedRun:
     duplicates: int
 
 
-def load_records(folder: RunFolder) -> LoadedRun:
+def load_records(folder: RunFolder, allow_empty: bool = False) -> LoadedRun:
+    """A run folder's run.json and records; one clear error for a folder that is not a run (or, unless
+    `allow_empty`, has no finished sample yet)."""
     run = folder.read_run()
     if run is None:
         raise InputError(f"{folder.path} is not a diffeval run folder (no run.json): give the --out of a run")
@@ -67,7 +69,7 @@ def load_records(folder: RunFolder) -> LoadedRun:
     if name not in TASKS:
         raise InputError(f"{folder.path} holds a run of unknown task {name!r}: known tasks are {', '.join(TASKS)}")
     records = folder.read_records()
-    if not records.rows:
+    if not records.rows and not allow_empty:
         raise InputError(f"{folder.path} has no finished samples yet: run the task first, then report")
     return LoadedRun(run, TASKS[name], pd.DataFrame.from_records(records.rows), records.damaged, records.duplicates)
 
@@ -119,29 +121,44 @@ def build_report(
     return reports
 
 
-def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
-    """Every DIFF model against every baseline on the samples both scored, per the task's pairing cells and overall."""
+def sample_pairs(run: dict, frame: pd.DataFrame, task: Task) -> list[tuple[str, str, pd.DataFrame]]:
+    """Every DIFF model with every baseline, joined on the samples both scored: the pairing of the paired statistics
+    and of `diffeval view`'s "DIFF right, baseline wrong" filters. None for a task without sample-level pairs."""
     value = task.summary_value
     if task.pair_keys is None:
-        return pd.DataFrame()
+        return []
     kinds = {name: info.get("is_diff", False) for name, info in run.get("models", {}).items()}
     diffs = [m for m in frame["model"].unique() if kinds.get(m)]
     bases = [m for m in frame["model"].unique() if m in kinds and not kinds[m]]
-    keys = list(task.pair_keys)
-    rows = []
+    pairs = []
     for diff in diffs:
         for base in bases:
             left = frame[frame["model"] == diff].dropna(subset=[value])
             right = frame[frame["model"] == base].dropna(subset=[value])
             joined = left.merge(right[["sample_id", value]], on="sample_id", suffixes=("", "_base"))
-            if joined.empty:
-                continue
-            groups = [(("all",) * len(keys), joined)] + list(joined.groupby(keys, sort=False))
-            for cell, group in groups:
-                cell = cell if isinstance(cell, tuple) else (cell,)
-                stats = paired_difference(group[value], group[f"{value}_base"])
-                rows.append({"diff": diff, "baseline": base, **dict(zip(keys, cell)), "metric": value, **stats})
-    return pd.DataFrame(rows).set_index(["diff", "baseline", *keys]).round(4) if rows else pd.DataFrame()
+            if not joined.empty:
+                pairs.append((diff, base, joined))
+    return pairs
+
+
+def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
+    """Every DIFF model against every baseline on the samples both scored, per the task's pairing cells and overall."""
+    value = task.summary_value
+    keys = list(task.pair_keys or ())
+    rows, cells = [], []
+    for diff, base, joined in sample_pairs(run, frame, task):
+        groups = [(("all",) * len(keys), joined)] + list(joined.groupby(keys, sort=False))
+        for cell, group in groups:
+            cell = cell if isinstance(cell, tuple) else (cell,)
+            stats = paired_difference(group[value], group[f"{value}_base"])
+            rows.append({"diff": diff, "baseline": base, **dict(zip(keys, cell)), "metric": value, **stats})
+            cells.append(
+                {"model": [diff, base], **{k: v for k, v in zip(keys, cell) if not isinstance(v, str) or v != "all"}}
+            )
+    if not rows:
+        return pd.DataFrame()
+    table = pd.DataFrame(rows).set_index(["diff", "baseline", *keys]).round(4)
+    return with_cells(table, cells, [{}] * table.shape[1])
 
 
 def markdown(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str]) -> str:

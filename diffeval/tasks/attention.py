@@ -30,7 +30,7 @@ from diffeval.paper import TABLE3
 from diffeval.plotting import plt
 from diffeval.records import Record
 from diffeval.tasks import needle
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
 HEADLINE_MAP = {True: "diff", False: "softmax"}
@@ -132,7 +132,7 @@ def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]
     multi_length = frame["length"].nunique() > 1
     out = {}
     for suffix, label in (("", "raw"), ("_normalized", "normalised")):
-        columns = {}
+        columns, column_cells = {}, []
         for segment in ("answer", "noise"):
             pivot = frame.pivot_table(
                 index="model",
@@ -144,12 +144,17 @@ def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]
             for length, depth in pivot.columns:
                 prefix = f"{length} " if multi_length else ""
                 columns[f"{prefix}{segment} {depth}%"] = pivot[(length, depth)]
+                column_cells.append({"ctx": needle.parse_format_ctx(length), "depth": depth})
         table = pd.DataFrame(columns)
+        row_cells = [{"model": m} for m in table.index]
         if not suffix and not multi_length:  # the headline raw shares, beside the paper's Table 3
             table = pd.concat([table, _paper_rows(sorted(frame["depth"].unique()))])
-        out[f"table3_{label}"] = table.round(3)
-    out["segments"] = _segment_table(frame)
-    out["per_layer"] = _per_layer_table(frame)
+        row_cells += [None] * (len(table) - len(row_cells))
+        out[f"table3_{label}"] = with_cells(table.round(3), row_cells, column_cells)
+    segments = _segment_table(frame)
+    out["segments"] = with_cells(segments, [{"model": m} for m, _ in segments.index], [{}] * segments.shape[1])
+    per_layer = _per_layer_table(frame)
+    out["per_layer"] = with_cells(per_layer, [{}] * len(per_layer), [{"model": m} for m in frame["model"].unique()])
     return out
 
 

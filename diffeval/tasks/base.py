@@ -43,6 +43,24 @@ class Task:
     # (samples, prompt tokenizer, config) → (prompt tokens, generated tokens at most), from the tokenizer alone, for
     # --dry-run; None where the task cannot know (lm-eval builds its own prompts)
     sizing: Callable[..., tuple[int, int]] | None = None
+    # (config, {model: record} of one sample, tokenizer_for(model)) → what `diffeval view` shows beside the records
+    # that the records alone do not hold (a needle prompt's text, an ICL order's labels, a hallucination document);
+    # rebuilt from the run's config, as the samples are pure and seeded. None: the viewer shows the records alone.
+    sample_view: Callable[..., dict] | None = None
+
+
+def with_cells(table, rows, columns, common: dict | None = None):
+    """Mark which records each cell of a table summarises, for `diffeval view` to list a clicked cell's samples.
+
+    `rows` and `columns` give one filter per row and column (record column → value, or → list of values); a cell's
+    filter is `common`, its row's and its column's together. None marks a row or column no records make (the paper's
+    own numbers), whose cells list nothing. Set last: pandas keeps `attrs` through most operations, not all.
+    """
+    rows, columns = list(rows), list(columns)
+    if len(rows) != len(table.index) or len(columns) != len(table.columns):
+        raise ValueError(f"cell filters for {len(rows)}×{len(columns)}, table is {table.shape}")
+    table.attrs["cells"] = {"rows": rows, "columns": columns, "common": common or {}}
+    return table
 
 
 def registry(*tasks: Task) -> dict[str, Task]:

@@ -26,7 +26,7 @@ from diffeval.models.backend import Backend
 from diffeval.paper import TABLE4
 from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 
 @dataclass(frozen=True)
@@ -189,11 +189,14 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     table = judged.pivot_table(index="model", columns="dataset", values="score", aggfunc="mean", sort=False)
     order = [d for d in data.DATASETS if d in table.columns]
     table = table[order]
+    row_cells = [{"model": m} for m in table.index]
     proxy = (records["judge_kind"] == "proxy").any()
     if paper and not proxy:  # a proxy is not the paper's measurement: no paper rows beside it
         paper_rows = pd.DataFrame.from_dict(TABLE4, orient="index")[order]
         table = pd.concat([table, paper_rows])
-    out = {"table4_proxy" if proxy else "table4": table.round(3)}
+    row_cells += [None] * (len(table) - len(row_cells))
+    table = with_cells(table.round(3), row_cells, [{"dataset": d} for d in order])
+    out = {"table4_proxy" if proxy else "table4": table}
     counts = (
         records.assign(unparsed=records["score"].isna())
         .groupby(["model", "dataset"], sort=False)
@@ -204,8 +207,30 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
         )
     )
     counts["judge"] = records.groupby(["model", "dataset"], sort=False)["judge"].first()
-    out["judging"] = counts
+    out["judging"] = with_cells(counts, [{"model": m, "dataset": d} for m, d in counts.index], [{}] * counts.shape[1])
     return out
+
+
+VIEW_EDGE_CHARS = 1500  # document characters shown on each side of an elided middle
+VIEW_FULL_CHARS = 200_000  # documents up to this length come whole, for the page to show when asked
+
+
+def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None) -> dict:
+    """For `diffeval view`: the sample's document and question, read again from the run's data. A long document comes
+    as its two ends, and whole too when `full_text` (None: up to VIEW_FULL_CHARS). The records carry the reference,
+    each output, the verdict and the judge's rationale."""
+    first = next(iter(records.values()))
+    documents = data.load(first["dataset"], config.options.data_dir, config.options.samples)
+    document = next((d for d in documents if d.id == first["id"]), None)
+    if document is None:
+        raise InputError(f"document {first['id']} is no longer in the run's {first['dataset']} data")
+    text, edge = document.context, VIEW_EDGE_CHARS
+    shown: dict = {"chars": len(text)}
+    if len(text) > 2 * edge + 200:
+        shown.update(head=text[:edge], tail=text[-edge:], elided=len(text) - 2 * edge)
+    if (len(text) <= VIEW_FULL_CHARS if full_text is None else full_text) or "head" not in shown:
+        shown["text"] = text
+    return {"question": document.question, "document": shown}
 
 
 def sizing(samples: list[HallucinationSample], tokenizer, config) -> tuple[int, int]:
@@ -243,4 +268,5 @@ TASK = Task(
     check_inputs=check_inputs,
     batches=batches,
     sizing=sizing,
+    sample_view=sample_view,
 )

@@ -32,7 +32,7 @@ from diffeval.models.backend import Backend, Tokenizer
 from diffeval.paper import FIGURE7_TREC
 from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 SUMMARY_KEYS = ["model", "dataset", "shots", "order", "order_seed", "draw"]
 ORDER_TYPES = ("random", "alternating", "grouped")
@@ -339,22 +339,40 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     accuracy = scored.pivot_table(
         index="model", columns=["dataset", "shots"], values="score", aggfunc="mean", sort=False
     )
+    column_cells = [{"dataset": d, "shots": k, "status": "ok"} for d, k in accuracy.columns]
     accuracy.columns = [f"{d} {k}-shot" for d, k in accuracy.columns]
-    out["icl_accuracy"] = accuracy.round(3)
+    out["icl_accuracy"] = with_cells(accuracy.round(3), [{"model": m} for m in accuracy.index], column_cells)
     stats = order_statistics(records)
     stats["setting"] = stats["dataset"] + " " + stats["shots"].astype(str) + "-shot " + stats["order"]
-    out["icl_orders"] = stats.set_index(["model", "setting"])[["runs", "mean", "std", "min", "max", "margin"]]
+    settings = {  # setting label → the records behind it
+        s: {"dataset": d, "shots": k, "order": o, "status": "ok"}
+        for s, d, k, o in stats[["setting", "dataset", "shots", "order"]].itertuples(index=False)
+    }
+    orders = stats.set_index(["model", "setting"])[["runs", "mean", "std", "min", "max", "margin"]]
+    out["icl_orders"] = with_cells(
+        orders, [{"model": m, **settings[s]} for m, s in orders.index], [{}] * orders.shape[1]
+    )
     margins = stats.pivot_table(index="setting", columns="model", values="margin", sort=False)
-    margins = margins[list(stats["model"].unique())]
+    models = list(stats["model"].unique())
+    margins = margins[models]
     if paper:  # the paper's TREC margins beside ours, for TREC settings with the same order type
         for setting in margins.index:
             dataset, _, order = setting.split(" ")
             for model, value in FIGURE7_TREC.get(order, {}).items() if dataset == "trec" else ():
                 margins.loc[setting, model] = value
-    out["figure7_margins"] = margins.round(1)
+    out["figure7_margins"] = with_cells(
+        margins.round(1),
+        [settings[s] for s in margins.index],
+        [{"model": m} if m in models else None for m in margins.columns],
+    )
     over = records[records["status"] == "over_budget"]
     if len(over):
-        out["over_budget"] = over.groupby(["model", "dataset", "shots"]).size().to_frame("queries")
+        counts = over.groupby(["model", "dataset", "shots"]).size().to_frame("queries")
+        out["over_budget"] = with_cells(
+            counts,
+            [{"model": m, "dataset": d, "shots": k, "status": "over_budget"} for m, d, k in counts.index],
+            [{}],
+        )
     return out
 
 
@@ -385,6 +403,19 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     fig.savefig(box_png, dpi=120)
     plt.close(fig)
     return [shots_png, box_png]
+
+
+def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None) -> dict:
+    """For `diffeval view`: the run's demonstration labels in their order, rebuilt from the run's config, and the
+    test query. The records carry gold, prediction and label scores."""
+    first = next(iter(records.values()))
+    run = Run(first["dataset"], int(first["shots"]), first["order"], first["order_seed"], first["draw"])
+    data = dataset(run.dataset, config.options.data_dir)
+    return {
+        "labels": data.labels,
+        "sequence": [data.train[i].label for i in ordered(run, config.options.data_dir, config.seed)],
+        "query": data.test[first["test_id"]].text,
+    }
 
 
 def sizing(samples: list[ICLSample], tokenizer, config) -> tuple[int, int]:
@@ -427,4 +458,5 @@ TASK = Task(
     prepare=prepare,
     batches=batches,
     sizing=sizing,
+    sample_view=sample_view,
 )

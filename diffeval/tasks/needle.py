@@ -14,6 +14,7 @@ Recipe:
 from __future__ import annotations
 
 import bisect
+import json
 import random
 import re
 import weakref
@@ -30,7 +31,7 @@ from diffeval.models.backend import Backend, Encoding
 from diffeval.paper import TABLE2
 from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 
 @dataclass(frozen=True)
@@ -273,6 +274,8 @@ class NeedlePrompt:
     haystack_words: int
     spans: dict[str, list] = field(default_factory=dict)  # token [start, end) spans
     depth_actual: float = 0.0  # where the first queried needle starts, as % of the haystack's tokens
+    text: str = ""  # the prompt as text, and each token's character span in it (`diffeval view` shows it)
+    offsets: list[tuple[int, int]] = field(default_factory=list)
 
 
 class _Haystack:
@@ -377,6 +380,8 @@ def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: in
         haystack_words=n_words,
         spans={"needles": needle_spans, "numbers": number_spans, "haystack": list(hay_span)},
         depth_actual=round(100 * (first - hay_span[0] - before) / max(hay_tokens, 1), 2),
+        text=text,
+        offsets=encoding.offsets,
     )
 
 
@@ -484,21 +489,35 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     table2 = frame.pivot_table(index="model", columns=["length", "nr"], values="score", aggfunc="mean", sort=False)
     lengths = sorted(frame["length"].unique(), key=parse_format_ctx)
     table2 = table2.reindex(columns=pd.MultiIndex.from_product([lengths, nr_order])).dropna(axis=1, how="all")
+    column_cells = [_cell(length, nr) for length, nr in table2.columns]
     table2.columns = [f"{length} N/R={nr}" for length, nr in table2.columns]
+    row_cells = [{"model": m} for m in table2.index]
     if paper and "4K" in lengths:  # the paper's Table 2 is at 4K
         rows = {
             m: {f"4K N/R={nr}": v for nr, v in cells.items() if f"4K N/R={nr}" in table2.columns}
             for m, cells in TABLE2.items()
         }
         table2 = pd.concat([table2, pd.DataFrame.from_dict(rows, orient="index")])
-    out["table2"] = table2.round(3)
+    out["table2"] = with_cells(table2.round(3), row_cells + [None] * (len(table2) - len(row_cells)), column_cells)
     for model, group in frame.groupby("model", sort=False):
         grid = group.pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
         grid = grid.reindex(columns=[c for c in lengths if c in grid.columns])
+        depths = list(grid.index)
         grid.index = [f"{d}%" for d in grid.index]
         grid.index.name = "depth"
-        out[f"depth_grid:{model}"] = grid.round(3)
+        out[f"depth_grid:{model}"] = with_cells(
+            grid.round(3), [{"depth": d} for d in depths], [_cell(c) for c in grid.columns], {"model": model}
+        )
     return out
+
+
+def _cell(length: str, nr: str | None = None) -> dict:
+    """The records behind a table column: its length (and N/R), as record values."""
+    cell: dict = {"ctx": parse_format_ctx(length)}
+    if nr is not None:
+        needles, queries = nr.split("/")
+        cell.update(needles=int(needles), queries=int(queries))
+    return cell
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
@@ -556,6 +575,84 @@ def evaluate(batch: list[tuple[NeedleSample, NeedlePrompt]], backend: Backend, c
     ]
 
 
+VIEW_EDGE_TOKENS = 32  # haystack tokens shown on each side of an elided stretch
+VIEW_FULL_TOKENS = 16384  # prompts up to this length come with their whole haystack text
+
+
+def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None) -> dict:
+    """Each model's prompt for `diffeval view`, rebuilt from the run's config (samples are pure and seeded), in
+    segments cut at the recorded token spans: head, haystack stretches, needles with their numbers, tail. A long
+    haystack stretch comes as its two ends, and whole too when `full_text` (None: when the prompt has at most
+    VIEW_FULL_TOKENS tokens), so the page can show the middle when asked."""
+    first = next(iter(records.values()))
+    sample = make_sample(
+        first["seed"], first["ctx"], first["depth"], first["needles"], first["queries"], first["index"]
+    )
+    if sample.sample_id != first["sample_id"]:
+        raise InputError(
+            "this diffeval builds another sample from the recorded parameters: view it with the version "
+            f"that ran it ({first['sample_id']} vs {sample.sample_id})"
+        )
+    prompts = {}
+    for model, record in records.items():
+        try:
+            tokenizer = tokenizer_for(model)
+            budget = sample.ctx - config.max_new_tokens
+            prompt = build_prompt(sample, config.options.haystack, tokenizer, budget, config.chat_template)
+        except InputError as exc:
+            prompts[model] = {"error": f"prompt text unavailable: {exc}"}
+            continue
+        whole = len(prompt.ids) <= VIEW_FULL_TOKENS if full_text is None else full_text
+        prompts[model] = {
+            "tokens": len(prompt.ids),
+            "matches_record": len(prompt.ids) == record["prompt_tokens"]
+            and json.loads(json.dumps(prompt.spans)) == record["spans"],  # as stored: tuples become lists
+            "full_text": whole,
+            "segments": _segments(prompt, record["spans"], sample, whole),
+        }
+    return {"prompts": prompts}
+
+
+def _segments(prompt: NeedlePrompt, spans: dict, sample: NeedleSample, whole: bool) -> list[dict]:
+    text, offsets = prompt.text, prompt.offsets
+    starts = _CharToToken(offsets).starts + [len(text)]  # token i's first character; slices between them tile the text
+
+    def piece(a: int, b: int) -> str:
+        return text[starts[a] : starts[b]]
+
+    def haystack(a: int, b: int) -> dict:
+        """A stretch of haystack: its two ends and how much lies between (the page shows that much until asked),
+        and the whole text when it is short or `whole`."""
+        segment: dict = {"kind": "haystack", "tokens": [a, b]}
+        edge = VIEW_EDGE_TOKENS
+        if b - a > 2 * edge + 16:
+            segment.update(head=piece(a, a + edge), tail=piece(b - edge, b), elided=b - a - 2 * edge)
+        if whole or "head" not in segment:
+            segment["text"] = piece(a, b)
+        return segment
+
+    hay_start, hay_end = spans["haystack"]
+    segments = [{"kind": "text", "tokens": [0, hay_start], "text": piece(0, hay_start)}]
+    cursor = hay_start
+    needles = zip(spans["needles"], spans["numbers"], sample.cities, sample.numbers, range(sample.needles))
+    for (start, end), (number_start, number_end), city, number, i in sorted(needles):
+        if start > cursor:
+            segments.append(haystack(cursor, start))
+        number_chars = offsets[number_start][0], offsets[number_end - 1][1]  # the number's own tokens, exactly
+        segments.append({
+            "kind": "needle", "tokens": [start, end], "number_tokens": [number_start, number_end], "city": city,
+            "expected": number, "queried": i < sample.queries,
+            "before": text[starts[start] : number_chars[0]],
+            "number": text[number_chars[0] : number_chars[1]],
+            "after": text[number_chars[1] : starts[end]],
+        })  # fmt: skip
+        cursor = end
+    if hay_end > cursor:
+        segments.append(haystack(cursor, hay_end))
+    segments.append({"kind": "text", "tokens": [hay_end, len(prompt.ids)], "text": piece(hay_end, len(prompt.ids))})
+    return segments
+
+
 def sizing(samples: list[NeedleSample], tokenizer, config) -> tuple[int, int]:
     """Prompt tokens of every sample as this model's tokenizer fits them; generation at most --max-new-tokens each."""
     prompts = prepare_batch(samples, tokenizer, config)
@@ -583,4 +680,5 @@ TASK = Task(
     check_inputs=check_inputs,
     prepare_batch=prepare_batch,
     sizing=sizing,
+    sample_view=sample_view,
 )

@@ -26,7 +26,7 @@ from diffeval.models.activations import HIST_BINS, RunningStats, histogram_media
 from diffeval.models.backend import Backend
 from diffeval.paper import TABLE5
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 RANKS = (1, 2, 3, 10, 100)
 
@@ -160,7 +160,16 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     per_layer = pd.DataFrame.from_dict(layers, orient="index")
     per_layer.index.names = ["model", "activation", "layer"]
     tokens = records.groupby("model", sort=False)["prompt_tokens"].sum().to_frame("tokens")
-    return {"table5": table5.round(4), "outliers_per_layer": per_layer.round(4), "outlier_tokens": tokens}
+    ours = set(records["model"])
+    return {
+        "table5": with_cells(
+            table5.round(4), [{"model": m} if m in ours else None for m, _ in table5.index], [{}] * table5.shape[1]
+        ),
+        "outliers_per_layer": with_cells(
+            per_layer.round(4), [{"model": m} for m, _, _ in per_layer.index], [{}] * per_layer.shape[1]
+        ),
+        "outlier_tokens": with_cells(tokens, [{"model": m} for m in tokens.index], [{}]),
+    }
 
 
 TASK = Task(

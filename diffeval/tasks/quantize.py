@@ -23,7 +23,7 @@ from diffeval.models.backend import Backend
 from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks
 from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,10 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
         table = records.pivot_table(
             index=["model", "lm_task"], columns="bits", values=metric, aggfunc="mean", sort=False
         )
-        out[f"figure8_{metric}"] = table[sorted(table.columns, reverse=True)].round(4)
+        table = table[sorted(table.columns, reverse=True)].round(4)
+        out[f"figure8_{metric}"] = with_cells(
+            table, [{"model": m, "lm_task": t} for m, t in table.index], [{"bits": b} for b in table.columns]
+        )
     return out
 
 

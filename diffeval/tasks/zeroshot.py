@@ -12,7 +12,7 @@ from diffeval.models.backend import Backend
 from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks, headline_metric
 from diffeval.paper import TABLE1
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Task, with_cells
 
 PAPER_TASKS = ("arc_challenge", "arc_easy", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande")
 
@@ -65,10 +65,13 @@ def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[Record]:
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
     table = records.pivot_table(index="model", columns="lm_task", values="accuracy", aggfunc="mean", sort=False) * 100
     table = table[[t for t in records["lm_task"].unique()]]
+    column_cells = [{"lm_task": t} for t in table.columns] + [{}]
     table["average"] = table.mean(axis=1)
+    row_cells = [{"model": m} for m in table.index]
     if paper and set(table.columns) - {"average"} == set(PAPER_TASKS):  # the paper's average is over all seven
         table = pd.concat([table, pd.DataFrame.from_dict(TABLE1, orient="index")[list(table.columns)]])
-    return {"table1": table.round(1)}
+    row_cells += [None] * (len(table) - len(row_cells))
+    return {"table1": with_cells(table.round(1), row_cells, column_cells)}
 
 
 TASK = Task(
