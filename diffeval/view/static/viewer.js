@@ -41,7 +41,12 @@ function el(tag, attrs = {}, ...children) {
   for (const [key, value] of Object.entries(attrs)) {
     if (value === null || value === undefined || value === false) continue;
     if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
-    else if (key === "style" && typeof value === "object") Object.assign(node.style, value);
+    else if (key === "style" && typeof value === "object") {
+      for (const [property, setting] of Object.entries(value)) {
+        if (property.startsWith("--")) node.style.setProperty(property, setting);
+        else node.style[property] = setting;
+      }
+    }
     else node.setAttribute(key, value === true ? "" : value);
   }
   for (const child of children.flat()) {
