@@ -63,11 +63,14 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
-function fmt(value) {
+function fmt(value, decimals) {
   if (value === null || value === undefined) return "";
-  if (typeof value === "number") return Number.isInteger(value) ? String(value) : value.toFixed(3);
+  if (typeof value === "number") {
+    if (decimals === undefined) decimals = Number.isInteger(value) ? 0 : 3;
+    return value.toFixed(decimals);
+  }
   if (typeof value === "boolean") return value ? "yes" : "no";
-  if (Array.isArray(value)) return value.map(fmt).join(", ");
+  if (Array.isArray(value)) return value.map((item) => fmt(item)).join(", ");
   return String(value);
 }
 
@@ -159,17 +162,20 @@ function renderRun(run) {
 // ---- tables ---------------------------------------------------------------------------------------------------
 function renderTables(run) {
   const blocks = run.tables.map((table) => {
+    // JSON drops the difference between 1 and 1.0: a column with any fraction shows every number with 3 decimals
+    const decimals = table.columns.map((_, c) => (table.rows.some((row) =>
+      typeof row.values[c] === "number" && !Number.isInteger(row.values[c])) ? 3 : 0));
     const head = el("tr", {}, table.index_names.map((n) => el("th", {}, n)), table.columns.map((c) => el("th", {}, c)));
     const body = table.rows.map((row, r) => el("tr", {},
       row.label.map((label) => el("th", {}, fmt(label))),
       row.values.map((value, c) => {
         const filter = row.cells[c];
-        if (!filter) return el("td", {}, fmt(value));
-        const label = `${table.title}: ${row.label.map(fmt).join(" / ")}, ${table.columns[c]}`;
+        if (!filter) return el("td", {}, fmt(value, decimals[c]));
+        const label = `${table.title}: ${row.label.map((part) => fmt(part)).join(" / ")}, ${table.columns[c]}`;
         return el("td", {
           class: "cell-link", title: "list these samples", "data-table": table.key, "data-row": r, "data-col": c,
           onclick: (event) => applyCell(filter, label, event.currentTarget),
-        }, fmt(value));
+        }, fmt(value, decimals[c]));
       })));
     return el("div", { class: "table-block" }, el("h3", {}, table.title),
       el("div", { class: "table-wrap" }, el("table", { class: "result", "data-key": table.key }, el("thead", {}, head),
@@ -199,7 +205,14 @@ function applyCell(filter, label, cell) {
 function renderFilters() {
   const index = state.index;
   const f = state.filters;
-  const onchange = () => { readFilters(); state.cellLabel = ""; state.page = 0; renderList(); };
+  const onchange = () => {
+    const before = JSON.stringify([state.filters.models, state.filters.params]);
+    readFilters();
+    // outcome and pair filters narrow a clicked cell's samples; a change of model or parameters leaves the cell
+    if (JSON.stringify([state.filters.models, state.filters.params]) !== before) state.cellLabel = "";
+    state.page = 0;
+    renderList();
+  };
   const select = (name, label, options, current) => {
     const chosen = current === null ? "" : current.map(String).join("|");
     const all = options.some(([value]) => value === chosen) ? options : [...options, [chosen, chosen]];
@@ -289,7 +302,7 @@ function renderList() {
     const first = sample.records.find(Boolean);
     return el("tr", { class: `sample-row${state.sample === sample.id ? " open" : ""}`, "data-sample": sample.id,
       onclick: () => openSample(sample.id) },
-    el("td", { class: "output" }, sample.id.slice(0, 8)),
+    el("td", { class: "output sample-id" }, sample.id.slice(0, 8)),
     index.params.map((p, i) => el("td", {}, fmt(first.params[i]))),
     models.map(([, m]) => {
       const record = sample.records[m];

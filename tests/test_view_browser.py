@@ -1,0 +1,174 @@
+"""`diffeval view`'s page in a real headless Chromium (Playwright driving Debian's `chromium`): served by the real
+command, and as a static export opened from disk. Skips when Playwright or a Chromium binary is absent; `.ci/run`
+installs both.
+
+The README's screenshot comes from `test_screenshot_of_the_built_in_pair`: set DIFFEVAL_SCREENSHOT_DIR=docs to write
+it there (by default it goes to a temporary folder).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from diffeval.view.server import make_server
+
+playwright = pytest.importorskip(
+    "playwright.sync_api", reason="the browser tests need Playwright: pip install playwright"
+)
+CHROMIUM = os.environ.get("DIFFEVAL_CHROMIUM") or next(
+    (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None
+)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="no Chromium binary: apt-get install chromium, or set DIFFEVAL_CHROMIUM"
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "view-needle"
+TOY_PAIR = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1500, "height": 1000})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    yield page
+    page.close()
+    assert not errors, errors  # the page logged no script error and loaded every file it asked for
+
+
+def _serve(folder: Path):
+    server = make_server([folder])
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}/"
+
+
+def _correct(folder: Path) -> pd.DataFrame:
+    """sample × model → correct, with each sample's parameters, from samples.jsonl itself."""
+    frame = pd.read_json(folder / "samples.jsonl", lines=True)
+    wide = frame.pivot(index="sample_id", columns="model", values="correct")
+    return wide.join(frame.drop_duplicates("sample_id").set_index("sample_id")[["ctx", "needles", "queries"]])
+
+
+def _walk_the_page(page, url: str, folder: Path) -> None:
+    """Open the run, click a table cell, filter to DIFF right / baseline wrong, open a needle sample, check it."""
+    truth = _correct(folder)
+    page.goto(url)
+    page.wait_for_selector("#sample-list tbody tr")
+    assert page.text_content("#match-count") == f"{len(truth)} of {len(truth)} samples match"
+
+    # Table 2, row diff, column 1K N/R=2/2: the cell's samples are that setting's
+    cell = page.locator("table[data-key='table2'] td.cell-link[data-row='0'][data-col='1']")
+    assert page.locator("table[data-key='table2'] th").nth(2).text_content() == "1K N/R=2/2"
+    cell.click()
+    in_cell = truth[(truth["needles"] == 2) & (truth["queries"] == 2)]
+    assert page.text_content("#match-count") == f"{len(in_cell)} of {len(truth)} samples match"
+    assert "diff, 1K N/R=2/2" in page.text_content("#active-cell")
+
+    page.select_option("select[name='pair']", label="DIFF right, baseline wrong")
+    wanted = in_cell[in_cell["diff"] & ~in_cell["base"]]
+    assert page.text_content("#match-count") == f"{len(wanted)} of {len(truth)} samples match"
+    listed = page.locator("#sample-list tbody tr.sample-row")
+    assert listed.count() == len(wanted) > 0
+    ids = [listed.nth(i).get_attribute("data-sample") for i in range(listed.count())]
+    assert set(ids) == set(wanted.index)
+
+    listed.first.click()
+    page.wait_for_selector(".prompt[data-model='diff'] mark.number")
+    records = pd.read_json(folder / "samples.jsonl", lines=True).set_index(["sample_id", "model"])
+    for model in ("diff", "base"):
+        record = records.loc[(ids[0], model)]
+        numbers = page.locator(f".prompt[data-model='{model}'] mark.needle mark.number")
+        assert sorted(numbers.all_text_contents()) == sorted(record["numbers"])  # the highlighted spans' text
+        queried = page.locator(f".prompt[data-model='{model}'] mark.needle:not(.other) mark.number")
+        assert sorted(queried.all_text_contents()) == sorted(record["expected"])
+        row = page.locator(f"#comparison tr[data-model='{model}']")
+        assert row.locator("td").nth(1).text_content() == record["output"]
+
+    prompt = page.locator(".prompt[data-model='diff']")
+    before, buttons = len(prompt.inner_text()), prompt.locator("button.expand").count()
+    assert buttons > 0  # the haystack is elided in the middle
+    prompt.locator("button.expand").first.click()
+    assert prompt.locator("button.expand").count() == buttons - 1 and len(prompt.inner_text()) > before
+
+
+def test_served_page(page, tmp_path):
+    process = subprocess.Popen(
+        [sys.executable, "-m", "diffeval", "view", str(FIXTURE)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
+    )
+    try:
+        line = process.stdout.readline()
+        assert line.startswith("diffeval view: http://127.0.0.1:"), line + process.stderr.read()
+        _walk_the_page(page, line.split()[2], FIXTURE)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+def test_static_export(page, tmp_path):
+    target = tmp_path / "site"
+    result = subprocess.run(
+        [sys.executable, "-m", "diffeval", "view", str(FIXTURE), "--export", str(target)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    _walk_the_page(page, (target / "index.html").as_uri(), FIXTURE)
+
+
+def test_damaged_folder_shows_its_counts(page, tmp_path):
+    folder = tmp_path / "damaged"
+    shutil.copytree(FIXTURE, folder)
+    lines = (folder / "samples.jsonl").read_text().splitlines(keepends=True)
+    (folder / "samples.jsonl").write_text("".join(lines + [lines[3], "{not json\n", lines[4][:50]]))
+    server, url = _serve(folder)
+    try:
+        page.goto(url)
+        page.wait_for_selector("#sample-list tbody tr")
+        assert page.text_content("#dropped") == ("skipped 2 damaged line(s) and 1 duplicate record(s) in samples.jsonl")
+        assert page.text_content("#counts").startswith("40 records · 20 samples")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_screenshot_of_the_built_in_pair(page, tmp_path):
+    """The README's picture: results/toy-pair, one Table 2 cell, DIFF right and baseline wrong, a sample open."""
+    server, url = _serve(TOY_PAIR)
+    try:
+        page.set_viewport_size({"width": 1500, "height": 1500})
+        page.goto(url)
+        page.wait_for_selector("#sample-list tbody tr")
+        page.locator("table[data-key='table2'] td.cell-link[data-row='0'][data-col='1']").click()
+        page.select_option("select[name='pair']", label="DIFF right, baseline wrong")
+        page.locator("#sample-list tbody tr.sample-row").first.click()
+        page.wait_for_selector(".prompt[data-model='base'] mark.number")
+        page.evaluate("window.scrollTo(0, 0)")
+        target = Path(os.environ.get("DIFFEVAL_SCREENSHOT_DIR") or tmp_path) / "view-toy-pair.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(target))
+        assert target.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    finally:
+        server.shutdown()
+        server.server_close()
