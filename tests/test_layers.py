@@ -16,6 +16,7 @@ LAYERS = [
     ["diffeval.tasks"],
     ["diffeval.runner", "diffeval.suite", "diffeval.toy", "diffeval.scale"],
     ["diffeval.report"],
+    ["diffeval.view"],
     ["diffeval.cli", "diffeval.__main__"],
 ]
 
