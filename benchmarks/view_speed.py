@@ -32,7 +32,7 @@ from playwright.sync_api import sync_playwright
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
 from diffeval.tasks import build_config, needle
-from diffeval.view.server import make_server
+from diffeval.view.server import Runs, make_server
 
 CTX = 65536
 MAX_NEW_TOKENS = 32
@@ -72,7 +72,7 @@ def main() -> None:
         write_folder(folder, args.samples)
         records = sum(1 for _ in (folder / "samples.jsonl").open())
         start = time.perf_counter()
-        server = make_server([folder])
+        server = make_server(Runs([folder]))
         server_start = time.perf_counter() - start
         threading.Thread(target=server.serve_forever, daemon=True).start()
         url = f"http://127.0.0.1:{server.server_address[1]}/"

@@ -235,12 +235,13 @@ def view(
         page = write_export(folders, Path(export), err_console)
         console.print(f"wrote {page}: open it in a browser (no server needed)", soft_wrap=True)
         return
-    from diffeval.view.server import make_server
+    from diffeval.view.server import Runs, make_server
 
     if not 0 <= port <= 65535:
         raise InputError(f"--port {port}: use 1-65535, or 0 for a free port")
+    runs = Runs(folders)
     try:
-        server = make_server(folders, host, port)
+        server = make_server(runs, host, port)
     except OSError as exc:
         raise InputError(f"cannot serve on {host}:{port} ({exc.strerror}): use another --port, or 0") from None
     shown = f"[{host}]" if ":" in host else host

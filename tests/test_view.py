@@ -10,14 +10,15 @@ import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
+from urllib.parse import quote
 
 import pandas as pd
 import pytest
 
 from conftest import run_cli, run_cli_in_process
 from diffeval.report.tables import paired_table
-from diffeval.view.data import open_run, sample_detail, sample_index, summary
-from diffeval.view.server import make_server
+from diffeval.view.data import open_run, outcome, sample_detail, sample_index, summary
+from diffeval.view.server import Runs, make_server
 
 FIXTURE = Path(__file__).parent / "fixtures" / "view-needle"  # a small needle run of the built-in pair
 TOY_PAIR = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
@@ -29,7 +30,12 @@ def _records(folder: Path) -> pd.DataFrame:
 
 def _matching(frame: pd.DataFrame, cell: dict) -> pd.DataFrame:
     for key, value in cell.items():
-        frame = frame[frame[key].isin(value if isinstance(value, list) else [value])]
+        if key == "pair":  # the samples both models scored
+            frame = frame[frame["model"].isin(value)]
+            both = frame.dropna(subset=["score"]).groupby("sample_id")["model"].nunique()
+            frame = frame[frame["sample_id"].isin(both.index[both == 2])]
+        else:
+            frame = frame[frame[key].isin(value if isinstance(value, list) else [value])]
     return frame
 
 
@@ -52,6 +58,13 @@ def test_every_table_cell_lists_the_records_it_averages():
         n = row["values"][paired["columns"].index("n")]
         records = _matching(frame, row["cells"][0])
         assert set(records["model"]) == {"diff", "base"} and len(records) == 2 * n
+
+
+def test_outcome_is_right_or_wrong_only_where_a_record_says_so():
+    assert outcome({"correct": True, "score": 0.5}) is True
+    assert outcome({"verdict": False, "score": 0.0}) is False  # a hallucination verdict
+    assert outcome({"accuracy": 1.0, "score": 1.0}) is None  # an aggregate that happens to be 1
+    assert outcome({"answer_share": 0.3}) is None
 
 
 def test_paper_rows_list_nothing():
@@ -120,11 +133,29 @@ def test_icl_and_hallucination_views(tmp_path):
     assert detail["view"]["query"]
 
     view = open_run(0, hal_run)
+    frame = view.loaded.frame
+    for row in next(t for t in summary(view)["tables"] if t["key"].startswith("table4"))["rows"]:
+        for value, cell in zip(row["values"], row["cells"]):
+            assert _matching(frame, cell)["score"].mean() == pytest.approx(value, abs=5.1e-4)
     detail = sample_detail(view, sample_index(view)["samples"][0])
     document = detail["view"]["document"]
     source = json.loads((Path(view.config.options.data_dir) / "xsum.jsonl").read_text().splitlines()[0])
     assert document["text"] == source["document"] and document["chars"] == len(source["document"])
     assert {r["judge_kind"] for r in detail["records"].values()} == {"proxy"}
+
+
+def test_a_prompt_that_no_longer_matches_its_record_is_flagged(tmp_path):
+    folder = tmp_path / "edited"
+    shutil.copytree(FIXTURE, folder)
+    run = json.loads((folder / "run.json").read_text())
+    run["config"]["max_new_tokens"] = 64  # as if the run had used another budget: every prompt is cut shorter
+    (folder / "run.json").write_text(json.dumps(run))
+    view = open_run(0, folder)
+    detail = sample_detail(view, sample_index(view)["samples"][0])
+    for prompt in detail["view"]["prompts"].values():
+        assert not prompt["matches_record"]
+        needles = [s for s in prompt["segments"] if s["kind"] == "needle"]
+        assert [s["number"] for s in needles] == [s["expected"] for s in needles]  # cut at the rebuilt prompt's spans
 
 
 def test_damaged_and_empty_folders_show_counts(tmp_path):
@@ -147,7 +178,7 @@ def test_damaged_and_empty_folders_show_counts(tmp_path):
 def served(tmp_path):
     folder = tmp_path / "run"
     shutil.copytree(FIXTURE, folder)
-    server = make_server([folder])
+    server = make_server(Runs([folder]))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}", folder
@@ -175,8 +206,10 @@ def test_server_answers_the_page_and_its_data(served):
     status, body = _get(f"{url}/api/runs/0/samples/{index['samples'][0]}?full=1")
     detail = json.loads(body)
     assert status == 200 and all(p["full_text"] for p in detail["view"]["prompts"].values())
-    for missing in ("/api/runs/0/samples/nosuchsample", "/api/runs/7/index", "/static/../run.json", "/nowhere"):
-        status, body = _get(url + missing)
+    nowhere = ["/api/runs/0/samples/nosuchsample", "/api/runs/7/index", "/api/runs/-1/index", "/nowhere"]
+    nowhere += ["/static/../run.json", f"/static/{quote(str(folder / 'run.json'), safe='')}", "/static/index.py"]
+    for path in nowhere:
+        status, body = _get(url + path)
         assert status == 404 and "error" in json.loads(body)
     # a run still writing: the next request sees the new records
     extra = json.loads((folder / "samples.jsonl").read_text().splitlines()[0])
@@ -220,7 +253,7 @@ def test_bad_input_is_one_line(args, message):
 
 
 def test_busy_port_is_one_line():
-    server = make_server([FIXTURE])
+    server = make_server(Runs([FIXTURE]))
     try:
         result = run_cli_in_process("view", str(FIXTURE), "--port", str(server.server_address[1]))
     finally:

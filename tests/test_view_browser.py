@@ -9,6 +9,7 @@ it there (by default it goes to a temporary folder).
 from __future__ import annotations
 
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from diffeval.view.server import make_server
+from diffeval.view.server import Runs, make_server
 
 playwright = pytest.importorskip(
     "playwright.sync_api", reason="the browser tests need Playwright: pip install playwright"
@@ -54,7 +55,7 @@ def page(browser):
 
 
 def _serve(folder: Path):
-    server = make_server([folder])
+    server = make_server(Runs([folder]))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server, f"http://127.0.0.1:{server.server_address[1]}/"
 
@@ -82,6 +83,7 @@ def _walk_the_page(page, url: str, folder: Path) -> None:
     assert "diff, 1K N/R=2/2" in page.text_content("#active-cell")
 
     page.select_option("select[name='pair']", label="DIFF right, baseline wrong")
+    assert "diff, 1K N/R=2/2" in page.text_content("#active-cell")  # the cell's samples, narrowed
     wanted = in_cell[in_cell["diff"] & ~in_cell["base"]]
     assert page.text_content("#match-count") == f"{len(wanted)} of {len(truth)} samples match"
     listed = page.locator("#sample-list tbody tr.sample-row")
@@ -109,20 +111,23 @@ def _walk_the_page(page, url: str, folder: Path) -> None:
 
 
 def test_served_page(page, tmp_path):
+    errors = (tmp_path / "stderr").open("w")
     process = subprocess.Popen(
         [sys.executable, "-m", "diffeval", "view", str(FIXTURE)],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=errors,
         text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1"},
     )
     try:
-        line = process.stdout.readline()
-        assert line.startswith("diffeval view: http://127.0.0.1:"), line + process.stderr.read()
+        ready, _, _ = select.select([process.stdout], [], [], 120)
+        line = process.stdout.readline() if ready else ""
+        assert line.startswith("diffeval view: http://127.0.0.1:"), line + (tmp_path / "stderr").read_text()
         _walk_the_page(page, line.split()[2], FIXTURE)
     finally:
         process.terminate()
         process.wait(timeout=30)
+        errors.close()
 
 
 def test_static_export(page, tmp_path):
@@ -132,6 +137,7 @@ def test_static_export(page, tmp_path):
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert result.returncode == 0, result.stderr
     _walk_the_page(page, (target / "index.html").as_uri(), FIXTURE)

@@ -152,9 +152,8 @@ def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
             cell = cell if isinstance(cell, tuple) else (cell,)
             stats = paired_difference(group[value], group[f"{value}_base"])
             rows.append({"diff": diff, "baseline": base, **dict(zip(keys, cell)), "metric": value, **stats})
-            cells.append(
-                {"model": [diff, base], **{k: v for k, v in zip(keys, cell) if not isinstance(v, str) or v != "all"}}
-            )
+            within = {k: v for k, v in zip(keys, cell) if not isinstance(v, str) or v != "all"}
+            cells.append({"pair": [diff, base], **within})  # the samples both scored, as `sample_pairs` joins them
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame(rows).set_index(["diff", "baseline", *keys]).round(4)

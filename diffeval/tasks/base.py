@@ -52,8 +52,9 @@ class Task:
 def with_cells(table, rows, columns, common: dict | None = None):
     """Mark which records each cell of a table summarises, for `diffeval view` to list a clicked cell's samples.
 
-    `rows` and `columns` give one filter per row and column (record column → value, or → list of values); a cell's
-    filter is `common`, its row's and its column's together. None marks a row or column no records make (the paper's
+    `rows` and `columns` give one filter per row and column (record column → value, or → list of values; the key
+    `pair`: [DIFF model, baseline] → the samples both scored, as the paired statistics join them); a cell's filter is
+    `common`, its row's and its column's together. None marks a row or column no records make (the paper's
     own numbers), whose cells list nothing. Set last: pandas keeps `attrs` through most operations, not all.
     """
     rows, columns = list(rows), list(columns)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import pandas as pd
@@ -195,7 +196,7 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
         paper_rows = pd.DataFrame.from_dict(TABLE4, orient="index")[order]
         table = pd.concat([table, paper_rows])
     row_cells += [None] * (len(table) - len(row_cells))
-    table = with_cells(table.round(3), row_cells, [{"dataset": d} for d in order])
+    table = with_cells(table.round(3), row_cells, [{"dataset": d, "verdict": [True, False]} for d in order])
     out = {"table4_proxy" if proxy else "table4": table}
     counts = (
         records.assign(unparsed=records["score"].isna())
@@ -211,6 +212,12 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     return out
 
 
+@lru_cache(maxsize=4)
+def _documents(name: str, data_dir: str | None, count: int) -> dict[str, data.Document]:
+    """A dataset's documents by id, read once for all the samples a viewer opens."""
+    return {d.id: d for d in data.load(name, data_dir, count)}
+
+
 VIEW_EDGE_CHARS = 1500  # document characters shown on each side of an elided middle
 VIEW_FULL_CHARS = 200_000  # documents up to this length come whole, for the page to show when asked
 
@@ -220,8 +227,7 @@ def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool
     as its two ends, and whole too when `full_text` (None: up to VIEW_FULL_CHARS). The records carry the reference,
     each output, the verdict and the judge's rationale."""
     first = next(iter(records.values()))
-    documents = data.load(first["dataset"], config.options.data_dir, config.options.samples)
-    document = next((d for d in documents if d.id == first["id"]), None)
+    document = _documents(first["dataset"], config.options.data_dir, config.options.samples).get(first["id"])
     if document is None:
         raise InputError(f"document {first['id']} is no longer in the run's {first['dataset']} data")
     text, edge = document.context, VIEW_EDGE_CHARS

@@ -581,7 +581,8 @@ VIEW_FULL_TOKENS = 16384  # prompts up to this length come with their whole hays
 
 def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None) -> dict:
     """Each model's prompt for `diffeval view`, rebuilt from the run's config (samples are pure and seeded), in
-    segments cut at the recorded token spans: head, haystack stretches, needles with their numbers, tail. A long
+    segments cut at its token spans (the recorded ones, whenever `matches_record`): head, haystack stretches, needles
+    with their numbers, tail. A long
     haystack stretch comes as its two ends, and whole too when `full_text` (None: when the prompt has at most
     VIEW_FULL_TOKENS tokens), so the page can show the middle when asked."""
     first = next(iter(records.values()))
@@ -599,16 +600,16 @@ def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool
             tokenizer = tokenizer_for(model)
             budget = sample.ctx - config.max_new_tokens
             prompt = build_prompt(sample, config.options.haystack, tokenizer, budget, config.chat_template)
-        except InputError as exc:
+        except Exception as exc:  # a tokenizer or haystack unreachable where one views: the records still show
             prompts[model] = {"error": f"prompt text unavailable: {exc}"}
             continue
         whole = len(prompt.ids) <= VIEW_FULL_TOKENS if full_text is None else full_text
+        spans = json.loads(json.dumps(prompt.spans))  # as a record stores them: tuples become lists
         prompts[model] = {
             "tokens": len(prompt.ids),
-            "matches_record": len(prompt.ids) == record["prompt_tokens"]
-            and json.loads(json.dumps(prompt.spans)) == record["spans"],  # as stored: tuples become lists
+            "matches_record": len(prompt.ids) == record["prompt_tokens"] and spans == record["spans"],
             "full_text": whole,
-            "segments": _segments(prompt, record["spans"], sample, whole),
+            "segments": _segments(prompt, spans, sample, whole),
         }
     return {"prompts": prompts}
 

@@ -150,7 +150,7 @@ def sample_index(view: RunView) -> dict[str, Any]:
     for record in frame.to_dict("records"):
         rows.append([
             position[record["sample_id"]], model_position[record["model"]],
-            [plain(record.get(p)) for p in view.params], plain(record.get(value)), outcome(record, value),
+            [plain(record.get(p)) for p in view.params], plain(record.get(value)), outcome(record),
             _brief(record.get("output", record.get("predicted_label"))),
             _brief(record.get("expected", record.get("gold_label", record.get("reference")))),
         ])  # fmt: skip
@@ -181,17 +181,17 @@ def sample_detail(view: RunView, sample: str, full_text: bool | None = None) -> 
                     detail["view"] = plain(task.sample_view(view.config, records, view.tokenizer_for, full_text))
                 except InputError as exc:
                     detail["view_error"] = str(exc)
+                except Exception as exc:  # data or a tokenizer unreachable where one views: the records still show
+                    detail["view_error"] = f"this sample's view could not be rebuilt: {type(exc).__name__}: {exc}"
     return detail
 
 
-def outcome(record: dict, value: str) -> bool | None:
-    """Right or wrong: the record's `correct` when it has one, else a yes/no score (a hallucination verdict)."""
-    correct = record.get("correct")
-    if isinstance(correct, (bool, np.bool_)):
-        return bool(correct)
-    score = record.get(value)
-    if isinstance(score, (int, float)) and not _missing(score) and score in (0, 1):
-        return bool(score)
+def outcome(record: dict) -> bool | None:
+    """Right or wrong: the record's `correct`, or a hallucination verdict (hallucination-free is right). None for
+    records without either (attention shares, aggregate scores)."""
+    for key in ("correct", "verdict"):
+        if isinstance(record.get(key), (bool, np.bool_)):
+            return bool(record[key])
     return None
 
 

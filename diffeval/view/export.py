@@ -10,6 +10,7 @@ on the folder shows them whole.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,10 +19,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from diffeval.errors import InputError
 from diffeval.view.data import open_run, sample_detail, sample_index, summary
-from diffeval.view.server import static_file
+from diffeval.view.server import STATIC_FILES, static_file
 
 MARKER = ".diffeval-view"  # marks a folder this command wrote, which a later export may replace
-STATIC_FILES = ("viewer.js", "viewer.css")
+SAFE_ID = re.compile(r"[0-9A-Za-z_-]{1,128}")  # sample ids become file names
 
 
 def check_target(target: Path) -> None:
@@ -36,6 +37,23 @@ def export(paths: list[Path], target: Path, console: Console) -> Path:
     """Write the viewer over `paths` into `target`; returns the page to open."""
     check_target(target)
     views = [open_run(i, p) for i, p in enumerate(paths)]  # bad input fails before anything is written
+    indexes = [sample_index(v) for v in views]
+    for view, index in zip(views, indexes):
+        unsafe = [s for s in index["samples"] if not SAFE_ID.fullmatch(s)]
+        if unsafe:
+            raise InputError(
+                f"{view.folder.samples_path} holds sample id {unsafe[0]!r}, which is no file name: "
+                "diffeval writes hex ids; view this folder with `diffeval view` instead"
+            )
+    try:
+        return _write_all(views, indexes, target, console)
+    except OSError as exc:
+        raise InputError(
+            f"cannot write --export {target}: {exc.strerror or exc}: give a folder you can write"
+        ) from None
+
+
+def _write_all(views: list, indexes: list[dict], target: Path, console: Console) -> Path:
     if (target / "data").is_dir():
         shutil.rmtree(target / "data")
     (target / "static").mkdir(parents=True, exist_ok=True)
@@ -55,8 +73,7 @@ def export(paths: list[Path], target: Path, console: Console) -> Path:
         console=console,
     )
     with progress:
-        for view in views:
-            index = sample_index(view)
+        for view, index in zip(views, indexes):
             _write(target, f"runs/{view.number}/index", index)
             bar = progress.add_task(f"{view.folder.path.name}: samples", total=len(index["samples"]))
             for sample in index["samples"]:

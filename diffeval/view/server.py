@@ -13,6 +13,7 @@ It binds to 127.0.0.1 unless told otherwise, and never reaches the internet: the
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +25,7 @@ from diffeval.errors import InputError
 from diffeval.view.data import RunView, open_run, sample_detail, sample_index, summary
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css"}
+STATIC_FILES = ("viewer.js", "viewer.css")  # besides index.html: the only files the server hands out
 
 
 def static_file(name: str) -> bytes:
@@ -45,6 +47,8 @@ class Runs:
         return (stat.st_size, stat.st_mtime_ns) if stat else (0, 0)
 
     def view(self, number: int) -> RunView:
+        if not 0 <= number < len(self.paths):
+            raise KeyError(number)
         with self._lock:
             stamp, view = self._views[number]
             if self._stamp(self.paths[number]) != stamp:
@@ -55,9 +59,8 @@ class Runs:
         return len(self.paths)
 
 
-def make_server(paths: list[Path], host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
-    """A server over `paths` (read before it starts, so bad input fails here); port 0 takes a free port."""
-    runs = Runs(paths)
+def make_server(runs: Runs, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+    """A server over run folders already read (so bad input fails before it binds); port 0 takes a free port."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (the standard library's name)
@@ -66,7 +69,7 @@ def make_server(paths: list[Path], host: str = "127.0.0.1", port: int = 0) -> Th
             try:
                 if not parts:
                     self._send(static_file("index.html"), STATIC_TYPES[".html"])
-                elif parts[0] == "static" and len(parts) == 2 and Path(parts[1]).suffix in STATIC_TYPES:
+                elif parts[0] == "static" and len(parts) == 2 and parts[1] in STATIC_FILES:
                     self._send(static_file(parts[1]), STATIC_TYPES[Path(parts[1]).suffix])
                 elif parts == ["api", "runs"]:
                     self._json([summary(runs.view(i)) for i in range(len(runs))])
@@ -81,6 +84,8 @@ def make_server(paths: list[Path], host: str = "127.0.0.1", port: int = 0) -> Th
                 self._error(HTTPStatus.NOT_FOUND, f"no such page: {url.path}")
             except InputError as exc:  # a folder damaged while being viewed
                 self._error(HTTPStatus.CONFLICT, str(exc))
+            except Exception as exc:  # the page shows the message; the server goes on serving
+                self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
         def _json(self, payload) -> None:
             self._send(json.dumps(payload, ensure_ascii=False, allow_nan=False).encode(), "application/json")
@@ -104,4 +109,7 @@ def make_server(paths: list[Path], host: str = "127.0.0.1", port: int = 0) -> Th
         def log_message(self, format, *args) -> None:  # noqa: A002 (the standard library's signature)
             pass  # the terminal shows the URL and errors, not every request
 
-    return ThreadingHTTPServer((host, port), Handler)
+    class Server(ThreadingHTTPServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    return Server((host, port), Handler)

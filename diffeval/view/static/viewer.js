@@ -10,7 +10,10 @@ const SEGMENT_COLOURS = { answer: "#d62728", needles: "#ff7f0e", noise: "#7f7f7f
 const scripts = new Map(); // static mode: path → promise of the payload its script hands over
 window.diffevalData = (path, payload) => {
   const entry = scripts.get(path);
-  if (entry) entry.resolve(payload);
+  if (entry) {
+    entry.settled = true;
+    entry.resolve(payload);
+  }
 };
 
 function load(path, query) {
@@ -29,7 +32,10 @@ function load(path, query) {
     const script = document.createElement("script");
     script.src = `data/${path}.js`;
     script.onerror = () => { scripts.delete(path); entry.reject(new Error(`data/${path}.js is missing from this export`)); };
-    script.onload = () => script.remove();
+    script.onload = () => {
+      script.remove();
+      if (!entry.settled) { scripts.delete(path); entry.reject(new Error(`data/${path}.js holds no viewer data`)); }
+    };
     document.head.appendChild(script);
   }
   return scripts.get(path).promise;
@@ -118,17 +124,21 @@ async function selectRun(id) {
   state.filters = emptyFilters();
   state.cellLabel = "";
   state.page = 0;
+  state.sample = null;
   document.querySelectorAll("#runs button").forEach((b) => b.classList.toggle("active", Number(b.dataset.run) === id));
   renderRun(run);
   renderTables(run);
   document.getElementById("sample").replaceChildren(
     el("p", { class: "hint" }, "Click a table cell to list its samples, then a sample to see it on every model."));
+  let index;
   try {
-    setIndex(await load(`runs/${id}/index`));
+    index = await load(`runs/${id}/index`);
   } catch (error) {
     setStatus(`could not load the samples of ${run.path}: ${error.message}`);
     return;
   }
+  if (state.run !== run) return; // another run was chosen meanwhile
+  setIndex(index);
   renderFilters();
   renderList();
 }
@@ -187,9 +197,12 @@ function renderTables(run) {
 function applyCell(filter, label, cell) {
   const filters = emptyFilters();
   for (const [key, value] of Object.entries(filter)) {
-    const values = Array.isArray(value) ? value : [value];
+    const values = (Array.isArray(value) ? value : [value]).map(String);
     if (key === "model") filters.models = values;
-    else filters.params[key] = values;
+    else if (key === "pair") { // the samples this DIFF model and this baseline both scored
+      const p = state.index.pairs.findIndex((pair) => pair.diff === values[0] && pair.base === values[1]);
+      if (p >= 0) filters.pair = `${p}:both`;
+    } else filters.params[key] = values;
   }
   state.filters = filters;
   state.cellLabel = label;
@@ -322,17 +335,18 @@ function renderList() {
 // ---- one sample -----------------------------------------------------------------------------------------------
 async function openSample(id, full = false) {
   state.sample = id;
+  const run = state.run;
   document.querySelectorAll("#sample-list tr.sample-row").forEach((tr) => tr.classList.toggle("open", tr.dataset.sample === id));
   const pane = document.getElementById("sample");
   pane.replaceChildren(el("p", { class: "hint" }, "loading…"));
   let detail;
   try {
-    detail = await load(`runs/${state.run.id}/samples/${id}`, full ? "full=1" : "");
+    detail = await load(`runs/${run.id}/samples/${encodeURIComponent(id)}`, full ? "full=1" : "");
   } catch (error) {
     pane.replaceChildren(el("p", { class: "warning" }, `could not load sample ${id}: ${error.message}`));
     return;
   }
-  if (state.sample !== id) return; // another sample was opened meanwhile
+  if (state.sample !== id || state.run !== run) return; // another sample or run was opened meanwhile
   const records = detail.records;
   const models = Object.keys(records);
   const value = (m, key) => fmt(records[m][key]);
@@ -344,7 +358,7 @@ async function openSample(id, full = false) {
       el("tbody", {}, models.map((m) => {
         const brief = state.index.samples.find((s) => s.id === id)?.records[state.index.modelPos[m]];
         return el("tr", { "data-model": m }, el("th", {}, m),
-          el("td", { class: "output" }, brief?.expected ?? ""),
+          el("td", { class: "output" }, fmt(records[m].expected ?? records[m].gold_label ?? records[m].reference ?? brief?.expected)),
           el("td", { class: "output" }, records[m].output ?? records[m].predicted_label ?? ""),
           el("td", {}, fmt(records[m][scoreKey()])),
           el("td", {}, mark(brief?.outcome)));
