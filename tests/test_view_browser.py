@@ -154,6 +154,9 @@ def test_damaged_folder_shows_its_counts(page, tmp_path):
         page.wait_for_selector("#sample-list tbody tr")
         assert page.text_content("#dropped") == ("skipped 2 damaged line(s) and 1 duplicate record(s) in samples.jsonl")
         assert page.text_content("#counts").startswith("40 records · 20 samples")
+        page.locator("#sample-list tbody tr.sample-row").first.focus()  # the keyboard opens a sample too
+        page.keyboard.press("Enter")
+        page.wait_for_selector(".prompt[data-model='diff'] mark.number")
     finally:
         server.shutdown()
         server.server_close()

@@ -86,6 +86,10 @@ function mark(outcome) {
   return "";
 }
 
+function enterClicks(event) { // table cells and sample rows open with the keyboard too
+  if (event.key === "Enter") event.currentTarget.click();
+}
+
 function classColour(i) { return `hsl(${(i * 137.508) % 360}, 62%, 52%)`; }
 
 function setStatus(message) { document.getElementById("status").textContent = message || ""; }
@@ -184,7 +188,7 @@ function renderTables(run) {
         const label = `${table.title}: ${row.label.map((part) => fmt(part)).join(" / ")}, ${table.columns[c]}`;
         return el("td", {
           class: "cell-link", title: "list these samples", "data-table": table.key, "data-row": r, "data-col": c,
-          onclick: (event) => applyCell(filter, label, event.currentTarget),
+          tabindex: 0, onkeydown: enterClicks, onclick: (event) => applyCell(filter, label, event.currentTarget),
         }, fmt(value, decimals[c]));
       })));
     return el("div", { class: "table-block" }, el("h3", {}, table.title),
@@ -314,7 +318,7 @@ function renderList() {
   const rows = shown.map((sample) => {
     const first = sample.records.find(Boolean);
     return el("tr", { class: `sample-row${state.sample === sample.id ? " open" : ""}`, "data-sample": sample.id,
-      onclick: () => openSample(sample.id) },
+      tabindex: 0, onkeydown: enterClicks, onclick: () => openSample(sample.id) },
     el("td", { class: "output sample-id" }, sample.id.slice(0, 8)),
     index.params.map((p, i) => el("td", {}, fmt(first.params[i]))),
     models.map(([, m]) => {
