@@ -22,7 +22,7 @@ import pytest
 from diffeval.view.server import Runs, make_server
 
 playwright = pytest.importorskip(
-    "playwright.sync_api", reason="the browser tests need Playwright: pip install playwright"
+    "playwright.sync_api", reason="the browser tests need Playwright: pip install 'diffeval[browser]'"
 )
 CHROMIUM = os.environ.get("DIFFEVAL_CHROMIUM") or next(
     (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None
