@@ -149,7 +149,6 @@ def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]
         row_cells = [{"model": m} for m in table.index]
         if not suffix and not multi_length:  # the headline raw shares, beside the paper's Table 3
             table = pd.concat([table, _paper_rows(sorted(frame["depth"].unique()))])
-        row_cells += [None] * (len(table) - len(row_cells))
         out[f"table3_{label}"] = with_cells(table.round(3), row_cells, column_cells)
     segments = _segment_table(frame)
     out["segments"] = with_cells(segments, [{"model": m} for m, _ in segments.index], [{}] * segments.shape[1])

@@ -55,9 +55,11 @@ def with_cells(table, rows, columns, common: dict | None = None):
     `rows` and `columns` give one filter per row and column (record column → value, or → list of values; the key
     `pair`: [DIFF model, baseline] → the samples both scored, as the paired statistics join them); a cell's filter is
     `common`, its row's and its column's together. None marks a row or column no records make (the paper's
-    own numbers), whose cells list nothing. Set last: pandas keeps `attrs` through most operations, not all.
+    own numbers), whose cells list nothing; rows past those given (the paper's rows, appended last) are such rows.
+    Set last: pandas keeps `attrs` through most operations, not all.
     """
     rows, columns = list(rows), list(columns)
+    rows += [None] * (len(table.index) - len(rows))
     if len(rows) != len(table.index) or len(columns) != len(table.columns):
         raise ValueError(f"cell filters for {len(rows)}×{len(columns)}, table is {table.shape}")
     table.attrs["cells"] = {"rows": rows, "columns": columns, "common": common or {}}

@@ -195,7 +195,6 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     if paper and not proxy:  # a proxy is not the paper's measurement: no paper rows beside it
         paper_rows = pd.DataFrame.from_dict(TABLE4, orient="index")[order]
         table = pd.concat([table, paper_rows])
-    row_cells += [None] * (len(table) - len(row_cells))
     table = with_cells(table.round(3), row_cells, [{"dataset": d, "verdict": [True, False]} for d in order])
     out = {"table4_proxy" if proxy else "table4": table}
     counts = (

@@ -498,7 +498,7 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
             for m, cells in TABLE2.items()
         }
         table2 = pd.concat([table2, pd.DataFrame.from_dict(rows, orient="index")])
-    out["table2"] = with_cells(table2.round(3), row_cells + [None] * (len(table2) - len(row_cells)), column_cells)
+    out["table2"] = with_cells(table2.round(3), row_cells, column_cells)
     for model, group in frame.groupby("model", sort=False):
         grid = group.pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
         grid = grid.reindex(columns=[c for c in lengths if c in grid.columns])

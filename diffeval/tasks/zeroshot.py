@@ -70,7 +70,6 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     row_cells = [{"model": m} for m in table.index]
     if paper and set(table.columns) - {"average"} == set(PAPER_TASKS):  # the paper's average is over all seven
         table = pd.concat([table, pd.DataFrame.from_dict(TABLE1, orient="index")[list(table.columns)]])
-    row_cells += [None] * (len(table) - len(row_cells))
     return {"table1": with_cells(table.round(1), row_cells, column_cells)}
 
 

@@ -111,6 +111,7 @@ def summary(view: RunView) -> dict[str, Any]:
             "duplicates": loaded.duplicates,
         },
         "params": view.params,
+        "value": task.summary_value,  # the record column a sample's score is
         "tables": [table_json(key, table, task.titles) for key, table in view.tables.items()],
         "sample_view": task.sample_view is not None,
     }

@@ -364,7 +364,7 @@ async function openSample(id, full = false) {
         return el("tr", { "data-model": m }, el("th", {}, m),
           el("td", { class: "output" }, fmt(records[m].expected ?? records[m].gold_label ?? records[m].reference ?? brief?.expected)),
           el("td", { class: "output" }, records[m].output ?? records[m].predicted_label ?? ""),
-          el("td", {}, fmt(records[m][scoreKey()])),
+          el("td", {}, fmt(records[m][state.run.value])),
           el("td", {}, mark(brief?.outcome)));
       }))),
   ];
@@ -372,11 +372,6 @@ async function openSample(id, full = false) {
   const render = VIEWS[detail.task] || genericView;
   parts.push(...render(detail, id, full));
   pane.replaceChildren(...parts);
-}
-
-function scoreKey() {
-  const keys = { attention: "answer_share", outliers: "max_attention_logit", quantize: "acc_norm", zeroshot: "accuracy" };
-  return keys[state.run.task] || "score";
 }
 
 function genericView(detail) {
