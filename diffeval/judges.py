@@ -235,12 +235,17 @@ class HFJudge(Judge):
         self.backend = make_backend(spec, settings, backend)
 
     def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
-        ids = self.backend.encode(prompt + "\nVerdict:").ids
-        if len(ids) > self.max_tokens - 4:  # keep the question and output, cut the document's middle
-            half = (self.max_tokens - 4) // 2
-            ids = ids[:half] + ids[-half:]
-        choices = [self.backend.encode(word, special_tokens=False).ids for word in (" yes", " no")]
-        (yes, _), (no, _) = next(self.backend.score_choices(ids, [[]], choices))
+        from diffeval.models.tokenizer import encode_choices_in_context
+
+        # the verdict words are tokenized after the prompt, as the judge reads them
+        prefix, (query,), (choices,) = encode_choices_in_context(
+            self.backend, prompt + "\nVerdict:", [""], [" yes", " no"]
+        )
+        ids = prefix + query
+        room = self.max_tokens - max(map(len, choices)) - 2
+        if len(ids) > room:  # keep the question and output, cut the document's middle
+            ids = ids[: room // 2] + ids[-(room - room // 2) :]
+        (yes, _), (no, _) = next(self.backend.score_choices(ids, [[]], [choices]))
         return Verdict(yes > no, f"log P(yes) - log P(no) = {yes - no:.3f}")
 
 

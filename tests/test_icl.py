@@ -15,6 +15,7 @@ from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
+from diffeval.models.tokenizer import encode_choices_in_context
 from diffeval.tasks import build_config, icl
 
 QUESTIONS = [
@@ -151,11 +152,12 @@ def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
     run = icl.Run("trec", 10, "random", 0, 0)
     data = icl.dataset("trec", str(data_dir))
-    prefix = backend.encode(icl.demonstration_block(run, str(data_dir), 0)).ids
-    queries = [
-        backend.encode(icl.format_example("trec", e.text, None), special_tokens=False).ids for e in data.test[:4]
-    ]
-    choices = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
+    prefix, queries, choices = encode_choices_in_context(
+        backend,
+        icl.demonstration_block(run, str(data_dir), 0),
+        [icl.format_example("trec", e.text, None) for e in data.test[:4]],
+        [" " + label for label in data.labels],
+    )
     reused = list(backend.score_choices(prefix, queries, choices))
     naive = list(backend.score_choices(prefix, queries, choices, reuse=False))
     for fast, slow in zip(reused, naive):

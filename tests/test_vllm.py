@@ -110,7 +110,7 @@ def test_choice_scores_match_hf_and_read_the_cached_prefix(pair):
     prefix = _noise_ids(hf, 700)
     queries = [hf.encode(f"Question: what is {w}?\nType:", special_tokens=False).ids for w in ("a city", "a number")]
     labels = ["location", "numeric value", "numeric distance", "human being", "abbreviation"]
-    choices = [hf.encode(" " + label, special_tokens=False).ids for label in labels]
+    choices = [[hf.encode(" " + label, special_tokens=False).ids for label in labels]] * len(queries)
     ours = list(vllm.score_choices(prefix, queries, choices))
     theirs = list(hf.score_choices(prefix, queries, choices))
     for mine, reference in zip(ours, theirs):

@@ -93,10 +93,12 @@ class Backend(Protocol):
         """Greedy continuations of token-id prompts, cut at the first stop string."""
 
     def score_choices(
-        self, prefix: list[int], queries: list[list[int]], choices: list[list[int]], reuse: bool = True
+        self, prefix: list[int], queries: list[list[int]], choices: list[list[list[int]]], reuse: bool = True
     ) -> Iterator[list[tuple[float, int]]]:
-        """Per query, (summed log-probability, token count) of every choice's tokens after prefix + query. With
-        `reuse` the prefix is computed once for every query and choice; without, each runs in full."""
+        """Per query, (summed log-probability, token count) of each of its choices' tokens after prefix + query.
+        `choices[i]` are query i's: a choice is tokenized inside its query's context, so its ids may differ per query
+        (`models.tokenizer.encode_in_context`). With `reuse` the prefix is computed once for every query and choice;
+        without, each runs in full."""
 
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> Any:
         """A (layers, heads, rows, segments) float array (numpy): per-head attention weight on each key segment,

@@ -33,6 +33,8 @@ class HFBackend:
         self._encoder = HFTokenizer(copy.deepcopy(loaded.tokenizer))
         self.info = loaded.info
         self.device = self.model.device
+        eos = self.model.generation_config.eos_token_id  # load_model sets every stop id there
+        self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
         # transformers 5.24 names the KV cache `cache` (keyword and output field); 5.19-5.23 name it `past_key_values`
         forward = inspect.signature(self.model.forward).parameters
         self._cache = "cache" if "cache" in forward else "past_key_values"
@@ -73,41 +75,36 @@ class HFBackend:
         start = time.perf_counter()
         batch = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True)
         batch = {k: v.to(self.device) for k, v in batch.items()}
+        # greedy and nothing else: the model's generation_config is diffeval's own (load_model)
         output = self.model.generate(
-            **batch,
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            temperature=None,
-            top_p=None,
-            top_k=None,
-            stop_strings=stop or None,
-            tokenizer=self.tokenizer,
-            pad_token_id=self.tokenizer.pad_token_id,
+            **batch, max_new_tokens=max_new_tokens, do_sample=False, stop_strings=stop or None, tokenizer=self.tokenizer
         )
         seconds = (time.perf_counter() - start) / len(prompts)
         new = output[:, batch["input_ids"].shape[1] :]
         results = []
         for row in new.tolist():
-            row = _strip_padding(row, self.tokenizer.pad_token_id, self.tokenizer.eos_token_id)
+            row = _through_stop(row, self.stop_ids)
             text = self.tokenizer.decode(row, skip_special_tokens=True)
             results.append(Generation(text=cut_at_stop(text, stop), new_tokens=len(row), seconds=seconds))
         return results
 
     @torch.inference_mode()
-    def score_choices(self, prefix: list[int], queries: list[list[int]], choices: list[list[int]], reuse: bool = True):
-        """Yields, per query, (summed log-probability, token count) of every choice after prefix + query.
+    def score_choices(
+        self, prefix: list[int], queries: list[list[int]], choices: list[list[list[int]]], reuse: bool = True
+    ):
+        """Yields, per query, (summed log-probability, token count) of each of its choices after prefix + query.
 
         With `reuse` the prefix's KV cache is computed once and cropped back after every query and choice, so each
         query costs only its own tokens and its choices'. Without it every (query, choice) runs the full sequence.
         """
         if not reuse:
-            for query in queries:
-                yield [self._choice_logprob_naive(prefix + query, choice) for choice in choices]
+            for query, options in zip(queries, choices):
+                yield [self._choice_logprob_naive(prefix + query, choice) for choice in options]
             return
         # only the last position's logits are needed from the prefix: skip the LM head over the whole block
         prefix_out = self.model(input_ids=self._ids(prefix), use_cache=True, logits_to_keep=1)
         cache = getattr(prefix_out, self._cache)
-        for query in queries:
+        for query, options in zip(queries, choices):
             if query:
                 last = self.model(input_ids=self._ids(query), **{self._cache: cache}, use_cache=True, logits_to_keep=1)
                 last = last.logits
@@ -116,7 +113,7 @@ class HFBackend:
             first = torch.log_softmax(last[0, -1].float(), dim=-1)
             context = len(prefix) + len(query)
             scores = []
-            for choice in choices:
+            for choice in options:
                 total = float(first[choice[0]])
                 if len(choice) > 1:
                     rest = self.model(input_ids=self._ids(choice[:-1]), **{self._cache: cache}, use_cache=True)
@@ -161,9 +158,10 @@ def cut_at_stop(text: str, stop: list[str]) -> str:
     return text[:cut]
 
 
-def _strip_padding(row: list[int], pad_id: int | None, eos_id: int | None) -> list[int]:
-    """Finished sequences in a batch are padded to the longest; drop everything from the first EOS/pad."""
+def _through_stop(row: list[int], stop_ids: set[int]) -> list[int]:
+    """A generated row up to and including its first EOS (counted as generated, as vLLM counts it); finished rows of a
+    batch are padded after it."""
     for i, token in enumerate(row):
-        if token in (pad_id, eos_id):
-            return row[:i]
+        if token in stop_ids:
+            return row[: i + 1]
     return row

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import torch
 import transformers
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from diffeval.errors import InputError
 from diffeval.models.diff import DIFF_ARCHITECTURES, layer_lambdas
@@ -91,7 +92,107 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
                     pass
             except Exception as exc:
                 raise _load_error(spec, "its weights", exc) from None
+        check_weights(spec, config, trust_remote_code)
     return config
+
+
+def checkpoint_shapes(folder: Path) -> dict[str, tuple[int, ...]] | None:
+    """Every tensor's name and shape in the weight files transformers loads (the index's shards, or
+    model.safetensors), from their headers; None without safetensors weights (e.g. pytorch_model.bin)."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        files = sorted({folder / name for name in json.loads(index.read_text())["weight_map"].values()})
+    elif (folder / "model.safetensors").is_file():
+        files = [folder / "model.safetensors"]
+    else:
+        return None
+    shapes = {}
+    for path in files:
+        with safe_open(str(path), framework="pt") as handle:
+            shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
+    return shapes
+
+
+def architecture_shapes(config, trust_remote_code: bool = False):
+    """The model the config builds, on the meta device (no memory): its state dict's names and shapes (non-persistent
+    buffers are not in it), the groups of tied names (a checkpoint stores one of each), and the model."""
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
+    groups: dict[int, list[str]] = {}
+    for name, parameter in model.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(parameter), []).append(name)
+    return shapes, [names for names in groups.values() if len(names) > 1], model
+
+
+def check_weights(spec: ModelSpec, config, trust_remote_code: bool = False) -> None:
+    """Before any work: the checkpoint's tensors are exactly those of the architecture its config names, with the
+    same shapes. transformers would fill a missing tensor with random values and drop an unexpected one, silently."""
+    found = checkpoint_shapes(Path(spec.path).expanduser())
+    if found is None:
+        return
+    expected, tied, model = architecture_shapes(config, trust_remote_code)
+    if _renamed_on_load(model):  # transformers renames this architecture's checkpoint keys while loading
+        return
+    prefix = model.base_model_prefix
+    under = prefix + "."
+    if prefix and not any(k.startswith(under) for k in found) and any(k.startswith(under) for k in expected):
+        found = {f"{prefix}.{name}": shape for name, shape in found.items()}  # saved from the base model alone
+    optional = {name for names in tied if any(n in found for n in names) for name in names}
+    ignore_missing = [re.compile(p) for p in model._keys_to_ignore_on_load_missing or []]
+    ignore_unexpected = [re.compile(p) for p in model._keys_to_ignore_on_load_unexpected or []]
+    missing = sorted(
+        n for n in expected if n not in found and n not in optional and not any(p.search(n) for p in ignore_missing)
+    )
+    unexpected = sorted(n for n in found if n not in expected and not any(p.search(n) for p in ignore_unexpected))
+    misshapen = sorted(n for n in found if n in expected and found[n] != expected[n])
+    if not (missing or unexpected or misshapen):
+        return
+    problems = []
+    if missing:
+        problems.append(f"missing {_names(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {_names(unexpected)}")
+    if misshapen:
+        shown = ", ".join(f"{n} {list(found[n])} (model {list(expected[n])})" for n in misshapen[:3])
+        problems.append(f"misshapen {shown}" + (f" and {len(misshapen) - 3} more" if len(misshapen) > 3 else ""))
+    architecture = (config.architectures or [config.model_type])[0]
+    raise InputError(
+        f"model {spec.name}: the weights in {spec.spec} do not match {architecture} ({'; '.join(problems)}): "
+        + _layout_hint(missing, unexpected, misshapen)
+    )
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def _layout_hint(missing: list[str], unexpected: list[str], misshapen: list[str]) -> str:
+    """What to do, naming the layout where the tensor names say which one the weights come from."""
+    names = unexpected + missing + misshapen
+    if any(".subln." in n or ".out_proj." in n for n in unexpected):
+        return (
+            "these are the paper's own Diff-Transformer modules (microsoft/unilm: subln, out_proj), which diffeval "
+            "cannot load yet; save the model in transformers' DiffLlama layout"
+        )
+    if any("lambda_proj" in n for n in unexpected):
+        return "these are Differential Transformer V2 weights (lambda_proj), which diffeval cannot load yet"
+    if missing and all(".lambda_" in n for n in missing) and not unexpected:
+        return (
+            "a DiffLlama checkpoint without its λ tensors (saved from a Llama, or cut short?); point --model at the "
+            "DIFF checkpoint that was trained, or give these weights the config they were saved with"
+        )
+    if any(".lambda_" in n for n in names):
+        return "the DIFF tensors do not fit this config; use the config.json the weights were saved with"
+    return "use the config.json the weights were saved with, or re-save the model with save_pretrained"
+
+
+def _renamed_on_load(model) -> bool:
+    try:
+        from transformers.conversion_mapping import get_checkpoint_conversion_mapping
+    except ImportError:  # transformers before conversion mappings: names load as they are
+        return False
+    return any(get_checkpoint_conversion_mapping(k) for k in (type(model).__name__, model.config.model_type))
 
 
 def _load_error(spec: ModelSpec, what: str, exc: Exception) -> InputError:
@@ -103,6 +204,20 @@ def _load_error(spec: ModelSpec, what: str, exc: Exception) -> InputError:
         f"model {spec.name}: cannot load {what} from {spec.spec!r} ({first}); "
         "check the checkpoint files, or the hub id and network"
     )
+
+
+def stop_token_ids(spec: ModelSpec, config, tokenizer) -> list[int]:
+    """The ids a generation ends at, the same on every engine: the tokenizer's EOS and every EOS the checkpoint's
+    generation config (or, without one, its model config) lists. Llama-3 lists several."""
+    try:
+        listed = GenerationConfig.from_pretrained(spec.path).eos_token_id
+    except OSError:  # no generation_config.json: transformers and vLLM fall back to the model config's
+        listed = getattr(config.get_text_config(), "eos_token_id", None)
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    for token in [listed] if isinstance(listed, int) else listed or []:
+        if token not in ids:
+            ids.append(token)
+    return ids
 
 
 def is_diff_config(config, kind: str = "auto") -> bool:
@@ -157,6 +272,13 @@ def load_model(
     except Exception as exc:  # truncated or mismatched weight files
         raise _load_error(spec, "its weights", exc) from None
     model.to(device).eval()
+    # decoding is diffeval's (greedy, no penalties), never the checkpoint's: transformers fills every setting a call
+    # leaves unset from `model.generation_config`, so a checkpoint asking for repetition_penalty would get it
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=stop_token_ids(spec, config, tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+    )
     if tokenizer.pad_token_id is None:
         # batched generation pads on the left; any id works because padded positions are masked out
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.convert_ids_to_tokens(0)

@@ -3,8 +3,10 @@ it, so both backends hand the model identical token ids."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from diffeval.errors import InputError
-from diffeval.models.backend import Encoding
+from diffeval.models.backend import Encoding, Tokenizer
 
 
 class HFTokenizer:
@@ -47,3 +49,108 @@ class PromptTokenizer:
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         return self.tokenizer.render_prompt(user, answer_prefix, chat_template, self.name)
+
+
+@dataclass
+class InContext:
+    """Continuations tokenized inside their context: `prefix + tails[i]` equals the ids of `context +
+    continuations[i]` encoded in one piece, and `prefix` is the longest run of ids they all share with the context."""
+
+    prefix: list[int]
+    tails: list[list[int]]
+
+
+# A continuation is re-encoded behind a window of the context's last tokens: LEAD tokens where the window's own start
+# may segment differently (SentencePiece prepends "▁" to a string), then SYNC tokens that must equal the context's
+# own (the tokenizer has settled into the same segmentation), then the last WINDOW tokens, which the continuation may
+# change (a merge across the seam) and are taken from the re-encoding.
+WINDOW_TOKENS = 32
+SYNC_TOKENS = 16
+LEAD_TOKENS = 16
+
+
+def encode_in_context(
+    encoder: Tokenizer, context: str, continuations: list[str], special_tokens: bool = True
+) -> InContext:
+    """Tokenize every `context + continuation` in one piece, as the model will read it, never a continuation alone:
+    SentencePiece writes "▁Question" at a string's start but "Question" after a newline, and BPE merges can cross the
+    seam. Where the context's encoding is not a prefix of an extended one, the shared prefix shrinks to the longest
+    common one and the tails start earlier."""
+    ids, extended = _extended(encoder, context, continuations, special_tokens)
+    shared = _shared_length(ids, extended)
+    return InContext(prefix=ids[:shared], tails=[full[shared:] for _, full in extended])
+
+
+def encode_choices_in_context(
+    encoder: Tokenizer, context: str, queries: list[str], choices: list[str], special_tokens: bool = True
+) -> tuple[list[int], list[list[int]], list[list[list[int]]]]:
+    """(prefix, query ids, per query the ids of every choice) with `prefix + queries[i] + choices[i][j]` equal to the
+    one-piece encoding of `context + queries[i] + choices[j]`: a choice is tokenized after its own query, a query
+    after the context. The prefix is what every query and choice shares, so its KV cache serves them all."""
+    texts = [query + choice for query in queries for choice in [""] + choices]
+    ids, extended = _extended(encoder, context, texts, special_tokens)
+    shared = _shared_length(ids, extended)
+    per_query = len(choices) + 1
+    query_ids, choice_ids = [], []
+    for i in range(len(queries)):
+        (_, alone), *with_choices = extended[i * per_query : (i + 1) * per_query]
+        own = shared + _shared_length(alone[shared:], [(0, full[shared:]) for _, full in with_choices])
+        query_ids.append(alone[shared:own])
+        choice_ids.append([full[own:] for _, full in with_choices])
+    return ids[:shared], query_ids, choice_ids
+
+
+def _extended(encoder, context: str, continuations: list[str], special_tokens: bool):
+    """The context's ids, and for every continuation (ids known to equal the context's up to this many, the one-piece
+    encoding of context + continuation).
+
+    A long context is encoded once. Each continuation is encoded behind a window of the context's last tokens and
+    spliced onto the rest; where the window's tokenization does not line up with the context's, that continuation is
+    encoded with the whole context instead, so the result is always the one-piece encoding."""
+    base = encoder.encode(context, special_tokens)
+    ids, offsets = base.ids, base.offsets
+    window = _window_start(ids, offsets, len(context))
+    extended = []
+    for continuation in continuations:
+        spliced = _spliced(encoder, context, ids, offsets, window, continuation) if window is not None else None
+        extended.append(spliced or (0, encoder.encode(context + continuation, special_tokens).ids))
+    return ids, extended
+
+
+def _shared_length(ids: list[int], extended: list[tuple[int, list[int]]]) -> int:
+    """How many leading ids `ids` shares with every extended encoding."""
+    shared = len(ids)
+    for known, full in extended:
+        known = min(known, shared)
+        shared = known + _common_length(ids[known:shared], full[known:shared])
+    return shared
+
+
+def _window_start(ids: list[int], offsets: list[tuple[int, int]], length: int) -> int | None:
+    """The token where a window starts (it starts a character of its own), or None where the context is too short to
+    be worth splicing or ends in a special token (a tokenizer that appends one: encode it whole)."""
+    start = len(ids) - WINDOW_TOKENS - SYNC_TOKENS - LEAD_TOKENS
+    if start < LEAD_TOKENS or offsets[-1][1] != length:
+        return None
+    while start > 1 and offsets[start][0] <= offsets[start - 1][0]:  # byte-fallback pieces share a character
+        start -= 1
+    return start
+
+
+def _spliced(encoder, context, ids, offsets, start, continuation) -> tuple[int, list[int]] | None:
+    """The one-piece encoding of context + continuation from a window, or None where the window does not line up."""
+    char = offsets[start][0]
+    seam = len(ids) - WINDOW_TOKENS  # context tokens from here on may change with the continuation
+    encoded = encoder.encode(context[char:] + continuation, special_tokens=False)
+    target = offsets[seam][0] - char
+    at = next((i for i, (begin, _) in enumerate(encoded.offsets) if begin >= target), None)
+    if at is None or at < SYNC_TOKENS or encoded.offsets[at][0] != target:
+        return None
+    if encoded.ids[at - SYNC_TOKENS : at] != ids[seam - SYNC_TOKENS : seam]:
+        return None
+    return seam, ids[:seam] + encoded.ids[at:]
+
+
+def _common_length(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    return next((i for i in range(n) if a[i] != b[i]), n)

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
-from diffeval.models.loading import describe, load_config, load_tokenizer
+from diffeval.models.loading import describe, load_config, load_tokenizer, stop_token_ids
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer
 from diffeval.models.vllm_plugin import DIFF_ARCHITECTURE
@@ -47,10 +47,11 @@ class VLLMBackend:
     name = "vllm"
     capabilities = frozenset({"generate", "score"})
 
-    def __init__(self, llm, tokenizer: HFTokenizer, info: ModelInfo):
+    def __init__(self, llm, tokenizer: HFTokenizer, info: ModelInfo, stop_ids: list[int]):
         self.llm = llm
         self.tokenizer = tokenizer
         self.info = info
+        self.stop_ids = stop_ids  # the EOS ids hf stops at too (loading.stop_token_ids)
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
@@ -75,9 +76,11 @@ class VLLMBackend:
 
     @classmethod
     def load(cls, spec: ModelSpec, settings: EngineSettings) -> VLLMBackend:
-        info = describe(spec, load_config(spec, settings.trust_remote_code), kind=spec.kind)
+        config = load_config(spec, settings.trust_remote_code)
+        info = describe(spec, config, kind=spec.kind)
         cls.check_model(info, settings)
-        tokenizer = HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
+        hf_tokenizer = load_tokenizer(spec, settings.trust_remote_code)
+        tokenizer = HFTokenizer(hf_tokenizer)
         device = _platform_device()
         dtype = settings.dtype if settings.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
         if settings.allow_overlength:  # vLLM refuses a length beyond the config's positions unless told
@@ -95,11 +98,13 @@ class VLLMBackend:
                 enable_prefix_caching=True,
                 kv_cache_memory_bytes=_kv_cache_bytes(settings, info, dtype, device),
                 seed=0,
+                # decoding is diffeval's (greedy, no penalties): never the checkpoint's generation_config defaults
+                generation_config="vllm",
             )
         except (ValueError, RuntimeError) as exc:  # vLLM's own checks: memory, lengths, parallel sizes
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise InputError(f"model {spec.name}: vLLM cannot start it ({first[:300]})") from None
-        return cls(llm, tokenizer, info)
+        return cls(llm, tokenizer, info, stop_token_ids(spec, config, hf_tokenizer))
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         return self.tokenizer.render_prompt(user, answer_prefix, chat_template, self.info.name)
@@ -113,24 +118,30 @@ class VLLMBackend:
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         """The whole chunk is submitted at once; vLLM schedules it."""
         start = time.perf_counter()
-        params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop=stop or None, skip_special_tokens=True)
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=max_new_tokens,
+            stop=stop or None,
+            stop_token_ids=self.stop_ids,
+            skip_special_tokens=True,
+        )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         seconds = (time.perf_counter() - start) / len(prompts)
         return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), seconds) for o in outputs]
 
     def score_choices(
-        self, prefix: list[int], queries: list[list[int]], choices: list[list[int]], reuse: bool = True
+        self, prefix: list[int], queries: list[list[int]], choices: list[list[list[int]]], reuse: bool = True
     ) -> Iterator[list[tuple[float, int]]]:
-        """Per query, (summed log-probability, token count) of every choice after prefix + query.
+        """Per query, (summed log-probability, token count) of each of its choices after prefix + query.
 
         Every choice token's log-prob comes from a one-token request at its trie node (the choice's tokens before it),
         asking for the log-probs of the node's children. With `reuse` the prefix is computed once, then every request
         of every query reads it from the prefix cache; without, every request recomputes its whole prompt.
         """
-        nodes = _trie(choices)
         if reuse and prefix:  # fill the cache with the shared prefix first, so the batch below reads it, not races it
             self._requests([prefix], [[]], reuse=True)
-        for query in queries:
+        for query, options in zip(queries, choices):
+            nodes = _trie(options)
             context = prefix + query
             keys, prompts, wanted = [], [], []
             for node, children in nodes.items():
@@ -143,7 +154,7 @@ class VLLMBackend:
                 logprobs.setdefault(node, {}).update(found)
             yield [
                 (sum(logprobs[tuple(choice[:i])][token] for i, token in enumerate(choice)), len(choice))
-                for choice in choices
+                for choice in options
             ]
 
     def _requests(self, prompts: list[list[int]], wanted: list[list[int]], reuse: bool) -> list[dict[int, float]]:

@@ -26,6 +26,7 @@ from diffeval.config import option
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 from diffeval.models.diff import split_differential
+from diffeval.models.tokenizer import encode_in_context
 from diffeval.paper import TABLE3
 from diffeval.plotting import plt
 from diffeval.records import Record
@@ -80,9 +81,11 @@ def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list
         ids = list(prompt.ids)
         rows = [len(ids) - 1]
         if options.rows == "answer":
-            answer = backend.encode(" " + ", ".join(sample.expected), special_tokens=False).ids
-            ids += answer
-            rows = list(range(len(prompt.ids) - 1, len(ids) - 1))
+            # the answer is tokenized after the prompt, as the model reads it; where its first token merges with the
+            # prompt's last, the rows start at the last token both share
+            extended = encode_in_context(backend, prompt.text, [" " + ", ".join(sample.expected)])
+            ids = extended.prefix + extended.tails[0]
+            rows = list(range(len(extended.prefix) - 1, len(ids) - 1))
         shares = backend.attention_rows(
             ids, rows, segment_ids(prompt, len(ids), sample.queries, options.span), len(SEGMENTS)
         )

@@ -9,8 +9,9 @@ Recipe:
    sample of the test split.
 3. prompt: "Question: …\\nType: label" demonstrations joined by blank lines, then the query; each model tokenizes the
    same text. A run that does not fit a model's context is recorded as over budget, never truncated.
-4. backend: constrained decoding. The log-likelihood of every label's tokens after the prompt; the demonstration
-   block's KV cache is computed once per (model, run) and reused for every query and label.
+4. backend: constrained decoding. The log-likelihood of every label's tokens after the prompt, each query and label
+   tokenized inside the whole prompt; the demonstration block's KV cache is computed once per (model, run) and reused
+   for every query and label.
 5. score: the best-scoring label (summed log-probability; `--length-norm` divides by the label's token count).
 """
 
@@ -29,6 +30,7 @@ from diffeval.config import option, parse_ctx, parse_str_list
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Tokenizer
+from diffeval.models.tokenizer import encode_choices_in_context
 from diffeval.paper import FIGURE7_TREC
 from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
@@ -257,13 +259,15 @@ def evaluate(batch: list[ICLSample], backend: Backend, config):
     options = config.options
     run = batch[0].run
     data = dataset(run.dataset, options.data_dir)
-    prefix = backend.encode(demonstration_block(run, options.data_dir, config.seed)).ids
-    queries = [
-        backend.encode(format_example(run.dataset, data.test[s.test_id].text, None), special_tokens=False).ids
-        for s in batch
-    ]
-    choices = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
-    longest = len(prefix) + max(map(len, queries)) + max(map(len, choices))
+    # every query and label is tokenized inside its prompt: prefix + queries[i] + choices[i][j] are the ids of the
+    # whole prompt "block, query i, label j" encoded in one piece
+    prefix, queries, choices = encode_choices_in_context(
+        backend,
+        demonstration_block(run, options.data_dir, config.seed),
+        [format_example(run.dataset, data.test[s.test_id].text, None) for s in batch],
+        [" " + label for label in data.labels],
+    )
+    longest = len(prefix) + max(len(q) + max(map(len, c)) for q, c in zip(queries, choices))
     run_fields = {
         "dataset": run.dataset,
         "shots": run.shots,
