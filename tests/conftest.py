@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -40,6 +41,62 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     build_tiny_model("base", root / "tok_b", root / "base", seed=2)
     build_tiny_model("base", root / "tok_a", root / "base_a", seed=3, max_positions=2048)
     return {name: root / name for name in ("diff", "base", "base_a", "tok_a", "tok_b")}
+
+
+@pytest.fixture(scope="session")
+def real_models(tmp_path_factory) -> dict[str, Path]:
+    """diff-/base- × mistral/llama3: random Llama and DiffLlama weights around the two real tokenizers."""
+    from real_checkpoints import build_all
+
+    found = build_all(tmp_path_factory.mktemp("real"))
+    if isinstance(found, str):
+        pytest.skip(f"real tokenizers unavailable: {found}")
+    return found
+
+
+@pytest.fixture(scope="session")
+def lm_tasks(tmp_path_factory) -> Path:
+    """lm-eval task YAMLs over local JSONL in the HellaSwag and ARC schemas (lm-eval loads local data files)."""
+    root = tmp_path_factory.mktemp("lm-tasks")
+    hellaswag = [
+        {
+            "ctx": f"A chef {i} cracks two eggs into a bowl. She",
+            "endings": [
+                "whisks them with a fork.",
+                "paints the bowl blue.",
+                "sells the kitchen.",
+                "climbs into the oven.",
+            ],
+            "label": 0,
+        }
+        for i in range(6)
+    ]
+    arc = [
+        {
+            "id": f"q{i}",
+            "question": f"Which is a liquid at room temperature {i}?",
+            "choices": {"text": ["water", "iron", "stone", "wood"], "label": ["A", "B", "C", "D"]},
+            "answerKey": "A",
+        }
+        for i in range(6)
+    ]
+    (root / "hellaswag.jsonl").write_text("".join(json.dumps(r) + "\n" for r in hellaswag))
+    (root / "arc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in arc))
+    metrics = (
+        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
+        "  - metric: acc_norm\n    aggregation: mean\n    higher_is_better: true\n"
+    )
+    (root / "hellaswag_local.yaml").write_text(
+        f"task: hellaswag_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    validation: "
+        f"{root / 'hellaswag.jsonl'}\nvalidation_split: validation\noutput_type: multiple_choice\n"
+        'doc_to_text: "{{ctx}}"\ndoc_to_choice: "{{endings}}"\ndoc_to_target: "{{label}}"\n' + metrics
+    )
+    (root / "arc_local.yaml").write_text(
+        f"task: arc_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {root / 'arc.jsonl'}\n"
+        'test_split: test\noutput_type: multiple_choice\ndoc_to_text: "Question: {{question}}\\nAnswer:"\n'
+        'doc_to_choice: "{{choices.text}}"\ndoc_to_target: "{{choices.label.index(answerKey)}}"\n' + metrics
+    )
+    return root
 
 
 def pair_options(tiny_models: dict[str, Path]) -> list[str]:

@@ -1,7 +1,6 @@
 """Outliers, quantized attention logits and lm-eval zero-shot on local task YAMLs (paper Table 5, Figure 8, Table 1)."""
 
 import json
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -116,51 +115,6 @@ def test_running_stats_memory_does_not_grow():
         stats.add(torch.randn(10_000))
     assert stats.top.numel() == 100 and stats.hist.numel() == 10_000 and stats.count == 200_000
     assert histogram_median(stats.hist) == pytest.approx(0.6745, rel=0.02)  # median |N(0,1)|
-
-
-@pytest.fixture(scope="module")
-def lm_tasks(tmp_path_factory) -> Path:
-    """lm-eval task YAMLs over local JSONL in the HellaSwag and ARC schemas (lm-eval loads local data files)."""
-    root = tmp_path_factory.mktemp("lm-tasks")
-    hellaswag = [
-        {
-            "ctx": f"A chef {i} cracks two eggs into a bowl. She",
-            "endings": [
-                "whisks them with a fork.",
-                "paints the bowl blue.",
-                "sells the kitchen.",
-                "climbs into the oven.",
-            ],
-            "label": 0,
-        }
-        for i in range(6)
-    ]
-    arc = [
-        {
-            "id": f"q{i}",
-            "question": f"Which is a liquid at room temperature {i}?",
-            "choices": {"text": ["water", "iron", "stone", "wood"], "label": ["A", "B", "C", "D"]},
-            "answerKey": "A",
-        }
-        for i in range(6)
-    ]
-    (root / "hellaswag.jsonl").write_text("".join(json.dumps(r) + "\n" for r in hellaswag))
-    (root / "arc.jsonl").write_text("".join(json.dumps(r) + "\n" for r in arc))
-    metrics = (
-        "metric_list:\n  - metric: acc\n    aggregation: mean\n    higher_is_better: true\n"
-        "  - metric: acc_norm\n    aggregation: mean\n    higher_is_better: true\n"
-    )
-    (root / "hellaswag_local.yaml").write_text(
-        f"task: hellaswag_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    validation: "
-        f"{root / 'hellaswag.jsonl'}\nvalidation_split: validation\noutput_type: multiple_choice\n"
-        'doc_to_text: "{{ctx}}"\ndoc_to_choice: "{{endings}}"\ndoc_to_target: "{{label}}"\n' + metrics
-    )
-    (root / "arc_local.yaml").write_text(
-        f"task: arc_local\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {root / 'arc.jsonl'}\n"
-        'test_split: test\noutput_type: multiple_choice\ndoc_to_text: "Question: {{question}}\\nAnswer:"\n'
-        'doc_to_choice: "{{choices.text}}"\ndoc_to_target: "{{choices.label.index(answerKey)}}"\n' + metrics
-    )
-    return root
 
 
 def test_quantize_and_zeroshot_through_lm_eval(tiny_models, lm_tasks, tmp_path):

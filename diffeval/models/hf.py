@@ -84,7 +84,8 @@ class HFBackend:
         results = []
         for row in new.tolist():
             row = _through_stop(row, self.stop_ids)
-            text = self.tokenizer.decode(row, skip_special_tokens=True)
+            # the EOS itself is never text (as on vLLM), even where the tokenizer does not call it special
+            text = self.tokenizer.decode(row[:-1] if row and row[-1] in self.stop_ids else row, skip_special_tokens=True)
             results.append(Generation(text=cut_at_stop(text, stop), new_tokens=len(row), seconds=seconds))
         return results
 
