@@ -123,7 +123,7 @@ def test_score(output, expected, score, correct):
 
 
 def test_generation_stops_at_blank_line():
-    from diffeval.models.hf import cut_at_stop
+    from diffeval.models.tokenizer import cut_at_stop
 
     assert cut_at_stop(" 1234567.\n\nNext question", needle.STOP) == " 1234567."
 

@@ -313,3 +313,90 @@ def test_vllm_openai_server_serves_a_diff_checkpoint(tiny_models, tmp_path):
     finally:
         server.terminate()
         server.wait(timeout=60)
+
+
+def _vllm_tokens(vllm, prompt: list[int], max_new_tokens: int) -> list[int]:
+    """The token ids of VLLMBackend.generate's request (same sampling parameters)."""
+    params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, stop_token_ids=vllm.stop_ids)
+    [out] = vllm.llm.generate([TokensPrompt(prompt_token_ids=prompt)], params, use_tqdm=False)
+    return list(out.outputs[0].token_ids)
+
+
+def _hf_tokens(hf, prompt: list[int], max_new_tokens: int) -> tuple[list[int], list[float]]:
+    """Greedy tokens by a plain argmax loop on hf, and the top-2 log-prob gap before each."""
+    tokens, gaps = [], []
+    with torch.inference_mode():
+        for _ in range(max_new_tokens):
+            logits = hf.model(input_ids=torch.tensor([prompt + tokens])).logits[0, -1].float()
+            top = torch.log_softmax(logits, dim=-1).topk(2)
+            tokens.append(int(top.indices[0]))
+            gaps.append(float(top.values[0] - top.values[1]))
+            if tokens[-1] in hf.stop_ids:
+                break
+    return tokens, gaps
+
+
+def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation_config(real_models):
+    """Needle prompts on random weights around Mistral's and Llama-3's tokenizers, whose generation configs ask for
+    sampling and a repetition penalty: outputs may differ only where hf's top-2 log-prob gap at the first differing
+    token is below 1e-3 (a near-tie either engine may break)."""
+    from diffeval.tasks import build_config, needle
+
+    config = build_config("needle", {}, {"models": ["a/b"], "ctx": "1k", "depths": "0,50,100", "samples": 2})
+    samples = needle.make_samples(config.options, config.seed)
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=1024, batch_size=8, enforce_eager=True)
+    compared, near_ties = 0, []
+    for name, path in real_models.items():
+        spec = ModelSpec(name, str(path))
+        hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
+        assert hf.stop_ids == set(vllm.stop_ids)
+        prompts = [needle.build_prompt(s, "noise", hf, s.ctx - 32, False).ids for s in samples]
+        for prompt, ours, theirs in zip(prompts, hf.generate(prompts, 32, []), vllm.generate(prompts, 32, [])):
+            compared += 1
+            if ours.text == theirs.text:
+                assert ours.new_tokens == theirs.new_tokens
+                continue
+            mine, gaps = _hf_tokens(hf, prompt, 32)
+            other = _vllm_tokens(vllm, prompt, 32)
+            first = next(i for i, (a, b) in enumerate(zip(mine + [None], other + [None])) if a != b)
+            near_ties.append(gaps[first])
+            assert gaps[first] < 1e-3, (name, first, gaps[first])
+        vllm.close()
+        hf.close()
+    print(f"real checkpoints: {compared - len(near_ties)}/{compared} outputs identical; {len(near_ties)} differ at "
+          f"near-ties (hf top-2 gaps {[f'{g:.1e}' for g in near_ties]})")  # fmt: skip
+    assert compared == 4 * len(samples)
+
+
+def test_vllm_stops_at_every_generation_config_eos_id(real_models, tmp_path):
+    """An id only the generation config lists as EOS ends vLLM's generation where it ends hf's."""
+    import shutil
+
+    folder = tmp_path / "eos"
+    shutil.copytree(real_models["base-llama3"], folder)
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=512, batch_size=2, enforce_eager=True)
+    hf = make_backend(ModelSpec("m", str(folder)), settings, "hf")
+    prompt = hf.encode("Once upon a time").ids
+    free, _ = _hf_tokens(hf, prompt, 8)
+    hf.close()
+    generation = json.loads((folder / "generation_config.json").read_text())
+    generation["eos_token_id"] = [*generation["eos_token_id"], free[2]]
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    outputs = {}
+    for engine in ("hf", "vllm"):
+        backend = make_backend(ModelSpec("m", str(folder)), settings, engine)
+        [outputs[engine]] = backend.generate([prompt], 8, [])
+        backend.close()
+    assert outputs["hf"].text == outputs["vllm"].text and outputs["hf"].new_tokens == outputs["vllm"].new_tokens == 3
+
+
+@pytest.mark.parametrize("task", ["needle", "icl", "hallucination"])
+def test_real_checkpoints_run_every_vllm_task_through_the_cli(real_models, task, tmp_path):
+    from test_real_checkpoints import TASK_RUNS
+
+    pair = ("diff-llama3", "base-mistral")  # each tokenizer and architecture once; the test above decodes all four
+    models = [arg for name in pair for arg in ("-m", f"{name}={real_models[name]}")]
+    result = run_cli("run", task, *models, *TASK_RUNS[task], "--backend", "vllm", "--out", str(tmp_path / task))
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (tmp_path / task / "samples.jsonl").read_text().splitlines()]
+    assert {r["model"] for r in records} == set(pair)

@@ -15,7 +15,7 @@ from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.capture import capturing
 from diffeval.models.loading import LoadedModel, load_model, load_tokenizer
 from diffeval.models.spec import ModelInfo, ModelSpec
-from diffeval.models.tokenizer import HFTokenizer
+from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
 
 
 class HFBackend:
@@ -82,10 +82,10 @@ class HFBackend:
         seconds = (time.perf_counter() - start) / len(prompts)
         new = output[:, batch["input_ids"].shape[1] :]
         results = []
-        for row in new.tolist():
+        decoder = HFTokenizer(self.tokenizer)
+        for prompt, row in zip(prompts, new.tolist()):
             row = _through_stop(row, self.stop_ids)
-            # the EOS itself is never text (as on vLLM), even where the tokenizer does not call it special
-            text = self.tokenizer.decode(row[:-1] if row and row[-1] in self.stop_ids else row, skip_special_tokens=True)
+            text = decoder.decode_continuation(prompt, row, self.stop_ids)
             results.append(Generation(text=cut_at_stop(text, stop), new_tokens=len(row), seconds=seconds))
         return results
 
@@ -152,11 +152,6 @@ def _continuation_logprob(logits: torch.Tensor, targets: list[int]) -> float:
     """Sum of log P(targets[i]) under logits[i] (row i predicts target i)."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     return float(logprobs[torch.arange(len(targets)), torch.tensor(targets, device=logits.device)].sum())
-
-
-def cut_at_stop(text: str, stop: list[str]) -> str:
-    cut = min((text.find(s) for s in stop if s in text), default=len(text))
-    return text[:cut]
 
 
 def _through_stop(row: list[int], stop_ids: set[int]) -> list[int]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, Tokenizer
 
+DECODE_CONTEXT_TOKENS = 8  # prompt tokens a continuation is decoded behind
+
 
 class HFTokenizer:
     def __init__(self, tokenizer):
@@ -25,6 +27,15 @@ class HFTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode(ids, skip_special_tokens=True)
 
+    def decode_continuation(self, prompt: list[int], generated: list[int], stop_ids) -> str:
+        """The text of generated ids as it reads after the prompt, a final EOS id dropped: every engine's outputs
+        go through this one rule. Decoded alone, SentencePiece ids lose a leading space ("▁as" reads "as")."""
+        if generated and generated[-1] in stop_ids:
+            generated = generated[:-1]
+        context = prompt[-DECODE_CONTEXT_TOKENS:]
+        before, after = self.decode(context), self.decode(context + generated)
+        return after[len(before) :] if after.startswith(before) else self.decode(generated)
+
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool, model: str) -> str:
         """The full prompt text: raw `user + answer_prefix`, or the model's chat template around `user`."""
         if not chat_template:
@@ -33,6 +44,12 @@ class HFTokenizer:
             raise InputError(f"model {model} has no chat template: rerun with --no-chat-template")
         messages = [{"role": "user", "content": user}]
         return self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + answer_prefix
+
+
+def cut_at_stop(text: str, stop: list[str]) -> str:
+    """Text up to the first stop string (engines stop after the token that completes it)."""
+    cut = min((text.find(s) for s in stop if s in text), default=len(text))
+    return text[:cut]
 
 
 class PromptTokenizer:

@@ -23,7 +23,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.loading import describe, load_config, load_tokenizer, stop_token_ids
 from diffeval.models.spec import ModelInfo, ModelSpec
-from diffeval.models.tokenizer import HFTokenizer
+from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
 from diffeval.models.vllm_plugin import DIFF_ARCHITECTURE
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
@@ -127,7 +127,15 @@ class VLLMBackend:
         )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         seconds = (time.perf_counter() - start) / len(prompts)
-        return [Generation(o.outputs[0].text, len(o.outputs[0].token_ids), seconds) for o in outputs]
+        # the text comes from the token ids by diffeval's rule (as on hf), not from vLLM's incremental detokenizer
+        return [
+            Generation(
+                cut_at_stop(self.tokenizer.decode_continuation(p, list(o.outputs[0].token_ids), self.stop_ids), stop),
+                len(o.outputs[0].token_ids),
+                seconds,
+            )
+            for p, o in zip(prompts, outputs)
+        ]
 
     def score_choices(
         self, prefix: list[int], queries: list[list[int]], choices: list[list[list[int]]], reuse: bool = True
