@@ -73,6 +73,26 @@ def test_icl_scores_every_query_and_label_as_the_whole_prompt_tokenizes(backends
 
 
 @pytest.mark.parametrize("tokenizer", TOKENIZERS)
+def test_in_context_encoding_equals_the_one_piece_encoding_at_any_cut(backends, tokenizer, monkeypatch):
+    """Long contexts cut anywhere (mid-word, after a newline, in a number), continuations that merge across the seam:
+    the spliced window path gives the one-piece ids, and it is the path taken."""
+    from conftest import NOISE_SENTENCES
+    from diffeval.models import tokenizer as tokenization
+
+    backend = backends[f"base-{tokenizer}"]
+    spliced = []
+    original = tokenization._spliced
+    monkeypatch.setattr(tokenization, "_spliced", lambda *a: spliced.append(original(*a)) or spliced[-1])
+    text = "\n".join(NOISE_SENTENCES * 20) + " 4,821,937 Question: où?\nType: 🙂 naïve\n\n"
+    continuations = ["", " yes", "es", "\nQuestion: where?\nType:", " 1", ",937", "\n\n", "🙂", " ", "Type: LOC"]
+    for cut in range(len(text) // 3, len(text), 37):
+        found = tokenization.encode_in_context(backend, text[:cut], continuations)
+        for continuation, tail in zip(continuations, found.tails):
+            assert found.prefix + tail == backend.encode(text[:cut] + continuation).ids, (cut, continuation)
+    assert spliced and sum(s is not None for s in spliced) >= 0.9 * len(spliced)
+
+
+@pytest.mark.parametrize("tokenizer", TOKENIZERS)
 def test_attention_answer_rows_and_judge_verdicts_are_tokenized_after_their_prompt(backends, tokenizer, tmp_path):
     backend = Recording(backends[f"diff-{tokenizer}"])
     config = build_config("attention", {}, {"models": ["a/b"], "ctx": "1k", "depths": "50", "samples": 1,
