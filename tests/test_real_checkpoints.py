@@ -15,6 +15,7 @@ from conftest import run_cli, run_cli_in_process
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
+from diffeval.models.tokenizer import HFTokenizer
 from diffeval.tasks import attention, build_config, icl, needle
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
@@ -144,7 +145,8 @@ def test_hf_generation_is_a_plain_argmax_loop_whatever_the_generation_config_ask
             prompt = needle.build_prompt(sample, "noise", backend, sample.ctx - 32, False)
             [generated] = backend.generate([prompt.ids], 32, [])
             tokens = _argmax_loop(backend, prompt.ids, 32, backend.stop_ids)
-            assert generated.text == backend.decode(tokens) and generated.new_tokens == len(tokens), name
+            text = HFTokenizer(backend.tokenizer).decode_continuation(prompt.ids, tokens, backend.stop_ids)
+            assert generated.text == text and generated.new_tokens == len(tokens), name
             compared += 1
     assert compared == 4 * len(samples)
 
@@ -165,7 +167,7 @@ def test_every_generation_config_eos_id_stops_hf(backends, real_models, tmp_path
     (folder / "generation_config.json").write_text(json.dumps(generation))
     stopped = HFBackend(load_model(ModelSpec(name, str(folder)), "cpu"))
     [out] = stopped.generate([prompt], 8, [])
-    assert out.new_tokens == 3 and out.text == backend.decode(free[:2])
+    assert out.new_tokens == 3 and out.text == HFTokenizer(backend.tokenizer).decode_continuation(prompt, free[:2], [])
     stopped.close()
 
 

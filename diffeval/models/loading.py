@@ -272,6 +272,10 @@ def load_model(
     except Exception as exc:  # truncated or mismatched weight files
         raise _load_error(spec, "its weights", exc) from None
     model.to(device).eval()
+    if tokenizer.pad_token_id is None:
+        # batched generation pads on the left; any id works because padded positions are masked out
+        tokenizer.pad_token = tokenizer.eos_token or tokenizer.convert_ids_to_tokens(0)
+    tokenizer.padding_side = "left"
     # decoding is diffeval's (greedy, no penalties), never the checkpoint's: transformers fills every setting a call
     # leaves unset from `model.generation_config`, so a checkpoint asking for repetition_penalty would get it
     model.generation_config = GenerationConfig(
@@ -279,10 +283,6 @@ def load_model(
         eos_token_id=stop_token_ids(spec, config, tokenizer),
         pad_token_id=tokenizer.pad_token_id,
     )
-    if tokenizer.pad_token_id is None:
-        # batched generation pads on the left; any id works because padded positions are masked out
-        tokenizer.pad_token = tokenizer.eos_token or tokenizer.convert_ids_to_tokens(0)
-    tokenizer.padding_side = "left"
     return LoadedModel(model=model, tokenizer=tokenizer, info=describe(spec, config, model, spec.kind))
 
 
