@@ -223,14 +223,15 @@ class HFJudge(Judge):
 
     def __init__(self, cache, path: str, device: str = "auto", backend: str = "hf"):
         from diffeval.models.backend import EngineSettings, check_backend, make_backend
-        from diffeval.models.loading import describe, load_config
+        from diffeval.models.loading import check_checkpoint, describe
         from diffeval.models.spec import ModelSpec
 
         super().__init__(cache)
         check_backend("the hf: judge", frozenset({"score"}), backend)
         spec = ModelSpec("judge", path)
         self.id = f"hf:{path}"
-        self.max_tokens = describe(spec, load_config(spec)).max_positions or 4096
+        # a judge's weights are checked like the evaluated models': transformers would randomise a missing tensor
+        self.max_tokens = describe(spec, check_checkpoint(spec)).max_positions or 4096
         settings = EngineSettings(device=device, max_model_len=self.max_tokens)
         self.backend = make_backend(spec, settings, backend)
 
