@@ -118,20 +118,35 @@ def test_attention_answer_rows_and_judge_verdicts_are_tokenized_after_their_prom
     judge.backend.close()
 
 
-def _argmax_loop(backend, prompt: list[int], max_new_tokens: int, stop_ids: set[int]) -> list[int]:
-    """Greedy decoding by hand: the likeliest next token, appended, until an EOS id or the limit."""
+def argmax_loop(backend, prompt: list[int], max_new_tokens: int, stop_ids: set[int]) -> tuple[list[int], list[float]]:
+    """Greedy decoding by hand: the likeliest next token, appended, until an EOS id or the limit; and the top-2
+    log-prob gap before each token (where a near-tie lets engines differ)."""
     from transformers import DynamicCache
 
-    cache, ids, out = DynamicCache(), torch.tensor([prompt]), []
+    cache, ids, tokens, gaps = DynamicCache(), torch.tensor([prompt]), [], []
     with torch.inference_mode():
         for _ in range(max_new_tokens):
             logits = backend.model(input_ids=ids, **{backend._cache: cache}, use_cache=True).logits[0, -1]
-            token = int(logits.argmax())
-            out.append(token)
-            if token in stop_ids:
+            top = torch.log_softmax(logits.float(), dim=-1).topk(2)
+            tokens.append(int(top.indices[0]))
+            gaps.append(float(top.values[0] - top.values[1]))
+            if tokens[-1] in stop_ids:
                 break
-            ids = torch.tensor([[token]])
-    return out
+            ids = torch.tensor([[tokens[-1]]])
+    return tokens, gaps
+
+
+def with_extra_eos(backend, source: Path, folder: Path) -> tuple[list[int], list[int]]:
+    """A copy of the checkpoint whose generation config also lists, as EOS, the id the model generates third after a
+    fixed prompt. Returns the prompt and the first two tokens it generates freely."""
+    prompt = backend.encode("Once upon a time").ids
+    free, _ = argmax_loop(backend, prompt, 8, set())
+    assert free[2] not in free[:2]
+    shutil.copytree(source, folder)
+    generation = json.loads((folder / "generation_config.json").read_text())
+    generation["eos_token_id"] = [*generation["eos_token_id"], free[2]]
+    (folder / "generation_config.json").write_text(json.dumps(generation))
+    return prompt, free[:2]
 
 
 def test_hf_generation_is_a_plain_argmax_loop_whatever_the_generation_config_asks(backends, real_models):
@@ -144,7 +159,7 @@ def test_hf_generation_is_a_plain_argmax_loop_whatever_the_generation_config_ask
         for sample in samples:
             prompt = needle.build_prompt(sample, "noise", backend, sample.ctx - 32, False)
             [generated] = backend.generate([prompt.ids], 32, [])
-            tokens = _argmax_loop(backend, prompt.ids, 32, backend.stop_ids)
+            tokens, _ = argmax_loop(backend, prompt.ids, 32, backend.stop_ids)
             text = HFTokenizer(backend.tokenizer).decode_continuation(prompt.ids, tokens, backend.stop_ids)
             assert generated.text == text and generated.new_tokens == len(tokens), name
             compared += 1
@@ -156,18 +171,11 @@ def test_every_generation_config_eos_id_stops_hf(backends, real_models, tmp_path
     the id the model would produce third is made an extra EOS, and generation stops there."""
     name = "base-llama3"
     backend = backends[name]
-    prompt = backend.encode("Once upon a time").ids
-    free = _argmax_loop(backend, prompt, 8, set())
-    third = free[2]
-    assert third not in free[:2]
     folder = tmp_path / name
-    shutil.copytree(real_models[name], folder)
-    generation = json.loads((folder / "generation_config.json").read_text())
-    generation["eos_token_id"] = [*generation["eos_token_id"], third]
-    (folder / "generation_config.json").write_text(json.dumps(generation))
+    prompt, first_two = with_extra_eos(backend, real_models[name], folder)
     stopped = HFBackend(load_model(ModelSpec(name, str(folder)), "cpu"))
     [out] = stopped.generate([prompt], 8, [])
-    assert out.new_tokens == 3 and out.text == HFTokenizer(backend.tokenizer).decode_continuation(prompt, free[:2], [])
+    assert out.new_tokens == 3 and out.text == HFTokenizer(backend.tokenizer).decode_continuation(prompt, first_two, [])
     stopped.close()
 
 

@@ -322,25 +322,12 @@ def _vllm_tokens(vllm, prompt: list[int], max_new_tokens: int) -> list[int]:
     return list(out.outputs[0].token_ids)
 
 
-def _hf_tokens(hf, prompt: list[int], max_new_tokens: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens by a plain argmax loop on hf, and the top-2 log-prob gap before each."""
-    tokens, gaps = [], []
-    with torch.inference_mode():
-        for _ in range(max_new_tokens):
-            logits = hf.model(input_ids=torch.tensor([prompt + tokens])).logits[0, -1].float()
-            top = torch.log_softmax(logits, dim=-1).topk(2)
-            tokens.append(int(top.indices[0]))
-            gaps.append(float(top.values[0] - top.values[1]))
-            if tokens[-1] in hf.stop_ids:
-                break
-    return tokens, gaps
-
-
 def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation_config(real_models):
     """Needle prompts on random weights around Mistral's and Llama-3's tokenizers, whose generation configs ask for
     sampling and a repetition penalty: outputs may differ only where hf's top-2 log-prob gap at the first differing
     token is below 1e-3 (a near-tie either engine may break)."""
     from diffeval.tasks import build_config, needle
+    from test_real_checkpoints import argmax_loop
 
     config = build_config("needle", {}, {"models": ["a/b"], "ctx": "1k", "depths": "0,50,100", "samples": 2})
     samples = needle.make_samples(config.options, config.seed)
@@ -356,7 +343,7 @@ def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation
             if ours.text == theirs.text:
                 assert ours.new_tokens == theirs.new_tokens
                 continue
-            mine, gaps = _hf_tokens(hf, prompt, 32)
+            mine, gaps = argmax_loop(hf, prompt, 32, hf.stop_ids)
             other = _vllm_tokens(vllm, prompt, 32)
             first = next(i for i, (a, b) in enumerate(zip(mine + [None], other + [None])) if a != b)
             near_ties.append(gaps[first])
@@ -370,18 +357,13 @@ def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation
 
 def test_vllm_stops_at_every_generation_config_eos_id(real_models, tmp_path):
     """An id only the generation config lists as EOS ends vLLM's generation where it ends hf's."""
-    import shutil
+    from test_real_checkpoints import with_extra_eos
 
     folder = tmp_path / "eos"
-    shutil.copytree(real_models["base-llama3"], folder)
     settings = EngineSettings(device="cpu", dtype="float32", max_model_len=512, batch_size=2, enforce_eager=True)
-    hf = make_backend(ModelSpec("m", str(folder)), settings, "hf")
-    prompt = hf.encode("Once upon a time").ids
-    free, _ = _hf_tokens(hf, prompt, 8)
+    hf = make_backend(ModelSpec("m", str(real_models["base-llama3"])), settings, "hf")
+    prompt, _ = with_extra_eos(hf, real_models["base-llama3"], folder)
     hf.close()
-    generation = json.loads((folder / "generation_config.json").read_text())
-    generation["eos_token_id"] = [*generation["eos_token_id"], free[2]]
-    (folder / "generation_config.json").write_text(json.dumps(generation))
     outputs = {}
     for engine in ("hf", "vllm"):
         backend = make_backend(ModelSpec("m", str(folder)), settings, engine)
