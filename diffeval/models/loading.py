@@ -86,31 +86,19 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
             missing = sorted(n for n in names if not (folder / n).is_file())
             if missing:
                 raise _load_error(spec, "its weights", FileNotFoundError(f"missing shard(s) {', '.join(missing)}"))
+        headers = {}  # file name → {tensor name: shape}, from the safetensors headers
         for path in weights:
             try:
-                with safe_open(str(path), framework="pt"):
-                    pass
+                with safe_open(str(path), framework="pt") as handle:
+                    headers[path.name] = {name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()}
             except Exception as exc:
                 raise _load_error(spec, "its weights", exc) from None
-        check_weights(spec, config, trust_remote_code)
+        # the files transformers loads: the index's shards, or model.safetensors (not, say, consolidated.safetensors)
+        loaded = sorted(names) if index.is_file() else [n for n in ("model.safetensors",) if n in headers]
+        if loaded:  # pytorch_model.bin checkpoints have no header to read
+            found = {tensor: shape for name in loaded for tensor, shape in headers[name].items()}
+            check_weights(spec, config, found, trust_remote_code)
     return config
-
-
-def checkpoint_shapes(folder: Path) -> dict[str, tuple[int, ...]] | None:
-    """Every tensor's name and shape in the weight files transformers loads (the index's shards, or
-    model.safetensors), from their headers; None without safetensors weights (e.g. pytorch_model.bin)."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        files = sorted({folder / name for name in json.loads(index.read_text())["weight_map"].values()})
-    elif (folder / "model.safetensors").is_file():
-        files = [folder / "model.safetensors"]
-    else:
-        return None
-    shapes = {}
-    for path in files:
-        with safe_open(str(path), framework="pt") as handle:
-            shapes.update({name: tuple(handle.get_slice(name).get_shape()) for name in handle.keys()})
-    return shapes
 
 
 def architecture_shapes(config, trust_remote_code: bool = False):
@@ -125,12 +113,10 @@ def architecture_shapes(config, trust_remote_code: bool = False):
     return shapes, [names for names in groups.values() if len(names) > 1], model
 
 
-def check_weights(spec: ModelSpec, config, trust_remote_code: bool = False) -> None:
-    """Before any work: the checkpoint's tensors are exactly those of the architecture its config names, with the
-    same shapes. transformers would fill a missing tensor with random values and drop an unexpected one, silently."""
-    found = checkpoint_shapes(Path(spec.path).expanduser())
-    if found is None:
-        return
+def check_weights(spec: ModelSpec, config, found: dict[str, tuple[int, ...]], trust_remote_code: bool = False) -> None:
+    """Before any work: the checkpoint's tensors (`found`: name → shape) are exactly those of the architecture its
+    config names, with the same shapes. transformers would fill a missing tensor with random values and drop an
+    unexpected one, silently."""
     expected, tied, model = architecture_shapes(config, trust_remote_code)
     if _renamed_on_load(model):  # transformers renames this architecture's checkpoint keys while loading
         return
