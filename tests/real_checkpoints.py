@@ -39,7 +39,7 @@ def mistral_tokenizer() -> Path | str:
         import mistral_common
         from transformers import AutoTokenizer
     except ImportError:
-        return "pip package mistral-common is not installed (pip install mistral-common sentencepiece protobuf)"
+        return "pip package mistral-common is not installed: pip install 'diffeval[realtok]'"
     model = Path(mistral_common.__file__).parent / "data" / "tokenizer.model.v1"
     if not model.is_file():
         return f"pip package mistral-common {mistral_common.__version__} does not ship data/tokenizer.model.v1"
