@@ -125,30 +125,43 @@ class VerdictCache:
 
 
 class Judge:
-    """Base: cached, concurrent judging of items; subclasses implement `_judge_one`."""
+    """Base: cached judging of items; subclasses implement `_judge_one` (run `concurrency` at a time) or, to judge
+    many items in one go, `_judge_many`. A judge holds no model until it judges; `close` frees what it holds."""
 
     id: str
     kind = "judge"  # "proxy" for the overlap judge
     concurrency = 1
+    batch = 64  # items a run hands to `judge` at once (its records are written when the call returns)
 
     def __init__(self, cache: VerdictCache):
         self.cache = cache
 
     def judge(self, items: list[JudgeItem]) -> list[Verdict]:
-        def one(item: JudgeItem) -> Verdict:
-            prompt = item.prompt()
-            cached = self.cache.get(self.id, prompt)
-            if cached is not None:
-                return cached
+        prompts = [item.prompt() for item in items]
+        verdicts = [self.cache.get(self.id, prompt) for prompt in prompts]
+        todo = [i for i, verdict in enumerate(verdicts) if verdict is None]
+        if todo:
+            fresh = self._judge_many([items[i] for i in todo], [prompts[i] for i in todo])
+            for i, verdict in zip(todo, fresh):
+                verdicts[i] = verdict
+        return verdicts
+
+    def _judge_many(self, items: list[JudgeItem], prompts: list[str]) -> list[Verdict]:
+        """Verdicts of uncached items, each cached as it comes (a judge failing later keeps the earlier ones)."""
+
+        def one(item: JudgeItem, prompt: str) -> Verdict:
             verdict = self._judge_one(item, prompt)
             self.cache.put(self.id, prompt, verdict)
             return verdict
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(one, items))
+            return list(pool.map(one, items, prompts))
 
     def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Free what judging loaded (a local model's engine)."""
 
 
 class ChatJudge(Judge):
@@ -171,6 +184,7 @@ class ChatJudge(Judge):
             raise InputError(f"judge {judge_id} needs OPENAI_API_KEY in the environment")
         self.id, self.model, self.url = judge_id, model, base_url.rstrip("/") + "/chat/completions"
         self.timeout, self.retries, self.concurrency, self.backoff = timeout, retries, concurrency, backoff
+        self.batch = concurrency  # a record per verdict as soon as the requests in flight return
 
     def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
         return parse_verdict(self._complete(prompt))
@@ -219,35 +233,54 @@ class ChatJudge(Judge):
 
 
 class HFJudge(Judge):
-    """A local causal LM: the verdict is whichever of " yes" / " no" is likelier after the judge prompt."""
+    """A local causal LM: the verdict is whichever of " yes" / " no" is likelier after the judge prompt.
+
+    Constructing one checks the checkpoint and the engine only; the model loads when it first judges (a run judges
+    after every evaluated model has generated and been freed), and `close` frees it."""
 
     def __init__(self, cache, path: str, device: str = "auto", backend: str = "hf"):
-        from diffeval.models.backend import EngineSettings, check_backend, make_backend
+        from diffeval.models.backend import EngineSettings, check_backend
         from diffeval.models.loading import check_checkpoint, describe
         from diffeval.models.spec import ModelSpec
 
         super().__init__(cache)
         check_backend("the hf: judge", frozenset({"score"}), backend)
-        spec = ModelSpec("judge", path)
+        self.spec, self.engine = ModelSpec("judge", path), backend
         self.id = f"hf:{path}"
         # a judge's weights are checked like the evaluated models': transformers would randomise a missing tensor
-        self.max_tokens = describe(spec, check_checkpoint(spec)).max_positions or 4096
-        settings = EngineSettings(device=device, max_model_len=self.max_tokens)
-        self.backend = make_backend(spec, settings, backend)
+        self.max_tokens = describe(self.spec, check_checkpoint(self.spec)).max_positions or 4096
+        self.settings = EngineSettings(device=device, max_model_len=self.max_tokens)
+        self.backend = None
 
-    def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
+    def _judge_many(self, items: list[JudgeItem], prompts: list[str]) -> list[Verdict]:
+        """Every item in one `score_choices` call (no shared prefix): vLLM schedules them together."""
+        from diffeval.models.backend import make_backend
         from diffeval.models.tokenizer import encode_choices_in_context
 
-        # the verdict words are tokenized after the prompt, as the judge reads them
-        prefix, (query,), (choices,) = encode_choices_in_context(
-            self.backend, prompt + "\nVerdict:", [""], [" yes", " no"]
-        )
-        ids = prefix + query
-        room = self.max_tokens - max(map(len, choices)) - 2
-        if len(ids) > room:  # keep the question and output, cut the document's middle
-            ids = ids[: room // 2] + ids[-(room - room // 2) :]
-        (yes, _), (no, _) = next(self.backend.score_choices(ids, [[]], [choices]))
-        return Verdict(yes > no, f"log P(yes) - log P(no) = {yes - no:.3f}")
+        if self.backend is None:
+            self.backend = make_backend(self.spec, self.settings, self.engine)
+        queries, choices = [], []
+        for prompt in prompts:
+            # the verdict words are tokenized after the prompt, as the judge reads them
+            prefix, (query,), (words,) = encode_choices_in_context(
+                self.backend, prompt + "\nVerdict:", [""], [" yes", " no"]
+            )
+            ids = prefix + query
+            room = self.max_tokens - max(map(len, words)) - 2
+            if len(ids) > room:  # keep the question and output, cut the document's middle
+                ids = ids[: room // 2] + ids[-(room - room // 2) :]
+            queries.append(ids)
+            choices.append(words)
+        verdicts = []
+        for prompt, ((yes, _), (no, _)) in zip(prompts, self.backend.score_choices([], queries, choices)):
+            verdicts.append(Verdict(yes > no, f"log P(yes) - log P(no) = {yes - no:.3f}"))
+            self.cache.put(self.id, prompt, verdicts[-1])
+        return verdicts
+
+    def close(self) -> None:
+        if self.backend is not None:
+            self.backend.close()
+            self.backend = None
 
 
 _STOPWORDS = frozenset(

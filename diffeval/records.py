@@ -38,3 +38,9 @@ class Record:
             "new_tokens": self.new_tokens,
             "seconds": round(self.seconds, 4),
         }
+
+    @classmethod
+    def from_dict(cls, row: dict[str, Any]) -> Record:
+        """The record a row of `to_dict` came from."""
+        shared = ("task", "model", "sample_id", "prompt_tokens", "new_tokens", "seconds")
+        return cls(*(row[key] for key in shared), {k: v for k, v in row.items() if k not in shared})

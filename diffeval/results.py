@@ -1,4 +1,5 @@
-"""A run folder: run.json (config, versions, model metadata) and samples.jsonl (append-only, resumable).
+"""A run folder: run.json (config, versions, model metadata) and samples.jsonl (append-only, resumable); for a task
+judged after generation, generations.jsonl holds the outputs that await their verdicts (append-only, resumable too).
 
 While a run writes, it holds the folder's lock (diffeval/lock.py). Readers (reports, compare, resume) never need it:
 they drop a partial last line and duplicate (model, sample_id) rows, and say how many.
@@ -19,6 +20,7 @@ from diffeval.lock import LOCK_FILE
 
 RUN_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
+GENERATIONS_FILE = "generations.jsonl"
 
 
 @dataclass
@@ -55,6 +57,10 @@ class RunFolder:
     @property
     def samples_path(self) -> Path:
         return self.path / SAMPLES_FILE
+
+    @property
+    def generations_path(self) -> Path:
+        return self.path / GENERATIONS_FILE
 
     def check_identity(self, config: RunConfig) -> None:
         """Refuse a folder that holds a different run, unless --overwrite. Changes nothing on disk."""
@@ -121,12 +127,14 @@ class RunFolder:
             raise InputError(f"{path} has damaged model metadata: {fix}")
         return run
 
-    def read_records(self) -> Records:
-        """All complete records, first occurrence of each (model, sample_id), with counts of what was dropped."""
-        if not self.samples_path.is_file():
+    def read_records(self, path: Path | None = None) -> Records:
+        """All complete records of samples.jsonl (or `path`, another of the folder's JSONL files), first occurrence
+        of each (model, sample_id), with counts of what was dropped."""
+        path = path or self.samples_path
+        if not path.is_file():
             return Records([], 0, 0)
         rows, seen, damaged, duplicates = [], set(), 0, 0
-        with self.samples_path.open(encoding="utf-8", errors="replace") as handle:
+        with path.open(encoding="utf-8", errors="replace") as handle:
             for line in handle:
                 if not line.strip():
                     continue
@@ -150,15 +158,17 @@ class RunFolder:
                 rows.append(row)
         return Records(rows, damaged, duplicates)
 
-    def open_for_append(self) -> RecordWriter:
-        """A writer; a partial last line left by a killed run is cut so new records start on a fresh line."""
-        if self.samples_path.is_file():
-            data = self.samples_path.read_bytes()
+    def open_for_append(self, path: Path | None = None) -> RecordWriter:
+        """A writer to samples.jsonl (or `path`); a partial last line left by a killed run is cut so new records start
+        on a fresh line."""
+        path = path or self.samples_path
+        if path.is_file():
+            data = path.read_bytes()
             if data and not data.endswith(b"\n"):
                 keep = data.rfind(b"\n") + 1
-                with self.samples_path.open("r+b") as handle:
+                with path.open("r+b") as handle:
                     handle.truncate(keep)
-        return RecordWriter(self.samples_path.open("a", encoding="utf-8"))
+        return RecordWriter(path.open("a", encoding="utf-8"))
 
 
 def _now() -> str:

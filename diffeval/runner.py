@@ -1,6 +1,8 @@
 """The loop: for each model, for each sample not yet done → backend → score → record (flushed per sample).
 
-The runner holds the run folder's lock for as long as it writes, so it is the folder's only writer.
+One engine at a time: each model is loaded, used and closed (its memory freed) before the next one loads. A task
+judged after generation (hallucination with a local judge) writes generations first and judges them once every
+model is closed. The runner holds the run folder's lock for as long as it writes, so it is the folder's only writer.
 """
 
 from __future__ import annotations
@@ -117,7 +119,12 @@ def run(config: RunConfig, console: Console | None = None) -> RunFolder | None:
         if records.duplicates:
             console.print(f"note: {records.duplicates} duplicate record(s) in {folder.samples_path}; the first is kept")
         done = records.done_keys()
-        _evaluate_all(task, config, samples, done, folder, console)
+        if task.judge is None:
+            _evaluate_all(task, config, samples, done, folder, folder.samples_path, console)
+        else:
+            generated = folder.read_records(folder.generations_path).done_keys()
+            _evaluate_all(task, config, samples, done | generated, folder, folder.generations_path, console)
+            _judge_all(task, config, samples, done, folder, console)
     return folder
 
 
@@ -128,8 +135,8 @@ def chunks_of(task: Task, todo: list, config: RunConfig) -> list[list]:
     return [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
 
 
-def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folder: RunFolder, console) -> None:
-    progress = Progress(
+def _progress(console) -> Progress:
+    return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
@@ -140,6 +147,11 @@ def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folde
         console=console,
         refresh_per_second=2,  # the bar redraws in a thread; rarer redraws leave the model more of the GIL
     )
+
+
+def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folder: RunFolder, path, console) -> None:
+    """Every model's remaining samples, one model at a time; records appended to `path` as they come."""
+    progress = _progress(console)
     todo = {spec.name: [s for s in samples if (spec.name, s.sample_id) not in done] for spec in config.models}
     bars = {name: progress.add_task(name, total=len(items), rate="") for name, items in todo.items()}
     tokens, starts = dict.fromkeys(todo, 0), {}
@@ -151,7 +163,7 @@ def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folde
         rate = f"{tokens[model] / max(time.perf_counter() - start, 1e-9):,.0f} tok/s"
         progress.update(bars[model], advance=1, rate=rate)
 
-    with folder.open_for_append() as writer, progress:
+    with folder.open_for_append(path) as writer, progress:
         if config.ray:
             from diffeval.scale import evaluate_on_ray
 
@@ -173,3 +185,21 @@ def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folde
                         report(spec.name, row)
             finally:
                 backend.close()
+
+
+def _judge_all(task: Task, config: RunConfig, samples: list, done: set, folder: RunFolder, console) -> None:
+    """The judging stage: every generation of this run's samples without a record yet, judged and recorded."""
+    wanted = {s.sample_id for s in samples}
+    pending = [
+        row
+        for row in folder.read_records(folder.generations_path).rows
+        if row["sample_id"] in wanted and (row["model"], row["sample_id"]) not in done
+    ]
+    if not pending:
+        return
+    progress = _progress(console)
+    bar = progress.add_task("judge", total=len(pending), rate="")
+    with folder.open_for_append() as writer, progress:
+        for record in task.judge(pending, config):
+            writer.append(record.to_dict())
+            progress.update(bar, advance=1)

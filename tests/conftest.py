@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import weakref
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,29 @@ def run_cli_in_process(*args: str) -> subprocess.CompletedProcess:
     finally:
         sys.argv = argv
     return subprocess.CompletedProcess(["diffeval", *args], code, stdout.getvalue(), stderr.getvalue())
+
+
+class EngineLog:
+    """Every load and close of one engine class during a test, in order. At each load it lists the backends loaded
+    earlier whose `held(backend)` object (the model, the engine) is still alive after a garbage collection: one engine
+    at a time means that list is always empty. `closed(backend)` adds what a close should leave behind."""
+
+    def __init__(self, monkeypatch, engine_class, held, closed=lambda backend: None):
+        self.events: list[tuple] = []
+        self._held: list[tuple[str, weakref.ref]] = []
+        load, close = engine_class.load.__func__, engine_class.close
+
+        def tracked_load(cls, spec, settings):
+            gc.collect()
+            alive = [name for name, ref in self._held if ref() is not None]
+            self.events.append(("load", spec.name, alive))
+            backend = load(cls, spec, settings)
+            self._held.append((spec.name, weakref.ref(held(backend))))
+            return backend
+
+        def tracked_close(backend):
+            close(backend)
+            self.events.append(("close", backend.info.name, closed(backend)))
+
+        monkeypatch.setattr(engine_class, "load", classmethod(tracked_load))
+        monkeypatch.setattr(engine_class, "close", tracked_close)

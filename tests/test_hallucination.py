@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATASETS, pair_options, run_cli
+from conftest import SHARED_DATASETS, EngineLog, pair_options, run_cli
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, VerdictCache, make_judge, parse_verdict
@@ -289,6 +289,46 @@ def test_judge_failure_keeps_finished_samples(server, tiny_models, local_data, t
     assert "Traceback" not in result.stderr
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in records] == [True]  # the sample judged before the failure is kept
+    generated = (out / "generations.jsonl").read_text()
+    server.script = [("reply", "Verdict: yes")] * 10
+    again = run_cli(*result.args[3:])  # the same command: judges what is left, generates nothing again
+    assert again.returncode == 0, again.stderr
+    assert (out / "generations.jsonl").read_text() == generated
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 4 and all(r["verdict"] is True for r in records)
+
+
+def test_one_engine_at_a_time_and_the_local_judge_loads_last(tiny_models, local_data, tmp_path, monkeypatch):
+    from rich.console import Console
+
+    from diffeval import runner
+    from diffeval.tasks import build_config
+
+    log = EngineLog(monkeypatch, HFBackend, held=lambda backend: backend.model)
+    generate_calls = []
+    generate = HFBackend.generate
+    monkeypatch.setattr(HFBackend, "generate", lambda b, p, *a: generate_calls.append(len(p)) or generate(b, p, *a))
+    flags = {
+        "models": [f"diff={tiny_models['diff']}", f"base={tiny_models['base']}"],
+        "datasets": "xsum",
+        "samples": 3,
+        "ctx": "1k",
+        "data_dir": str(local_data),
+        "judge": f"hf:{tiny_models['base_a']}",
+        "judge_cache": str(tmp_path / "cache"),
+        "batch_size": 4,
+        "device": "cpu",
+        "out": str(tmp_path / "run"),
+    }
+    folder = runner.run(build_config("hallucination", {}, flags), Console(quiet=True))
+    # each model loads after the one before is closed and collected; the judge only after both, once
+    assert log.events == [
+        ("load", "diff", []), ("close", "diff", None), ("load", "base", []), ("close", "base", None),
+        ("load", "judge", []), ("close", "judge", None),
+    ]  # fmt: skip
+    assert generate_calls == [3, 3]  # a whole chunk per generate call
+    records = folder.read_records().rows
+    assert len(records) == 6 and all(r["judge"].startswith("hf:") and r["verdict"] in (True, False) for r in records)
 
 
 def test_judge_is_required(tiny_models):

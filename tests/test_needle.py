@@ -147,3 +147,28 @@ def test_chat_template_prompt_fits_budget(tiny_models):
 def test_chat_template_missing_is_input_error(backends):
     with pytest.raises(InputError, match="no chat template"):
         backends["base"].render_prompt("x", "y", chat_template=True)
+
+
+def test_forward_groups_pad_short_prompts_and_never_long_ones():
+    from diffeval.models.hf import forward_groups
+
+    assert forward_groups([10, 12, 9], padded_max=16) == [[0, 1, 2]]
+    assert forward_groups([40, 30, 40, 12], padded_max=16) == [[0, 2], [1], [3]]
+    assert forward_groups([], padded_max=16) == []
+
+
+def test_long_prompts_of_unequal_length_are_split_and_decode_as_alone(backends, monkeypatch):
+    """Past the padded-batch length a batch runs as equal-length groups (no padding, no mask), with the outputs each
+    prompt gets alone; each Generation says how many prompts shared its forward pass."""
+    backend = backends["base"]
+    sample = needle.make_sample(0, 1024, 50, 1, 1, 0)
+    ids = needle.build_prompt(sample, "noise", backend, 300, chat_template=False).ids
+    prompts = [ids, ids[:-7], list(ids), ids[:-3]]
+    alone = [backend.generate([p], 12, needle.STOP)[0] for p in prompts]
+    monkeypatch.setattr(HFBackend, "PADDED_BATCH_MAX_TOKENS", 64)
+    together = backend.generate(prompts, 12, needle.STOP)
+    assert [g.text for g in together] == [g.text for g in alone]
+    assert [g.new_tokens for g in together] == [g.new_tokens for g in alone]
+    assert [g.batch for g in together] == [2, 1, 2, 1]
+    monkeypatch.setattr(HFBackend, "PADDED_BATCH_MAX_TOKENS", 4096)
+    assert [g.batch for g in backend.generate(prompts, 12, needle.STOP)] == [4] * 4  # short: one padded batch

@@ -108,14 +108,12 @@ def test_attention_answer_rows_and_judge_verdicts_are_tokenized_after_their_prom
     from diffeval.judges import HFJudge, JudgeItem, VerdictCache
 
     judge = HFJudge(VerdictCache(tmp_path), str(Path(backend.info.spec)), device="cpu")
-    judge.backend = Recording(judge.backend)
+    judge.backend = Recording(backend)
     item = JudgeItem("answer", "The cat sat on the mat.\n", "Where is the cat?", "On the mat.", "On the mat.")
-    prompt_text = item.prompt()
-    judge._judge_one(item, prompt_text)
+    judge.judge([item])
     [(prefix, [query], [choices])] = judge.backend.scored
     for word, choice in zip((" yes", " no"), choices):
-        assert prefix + query + choice == judge.backend.encode(prompt_text + "\nVerdict:" + word).ids
-    judge.backend.close()
+        assert prefix + query + choice == judge.backend.encode(item.prompt() + "\nVerdict:" + word).ids
 
 
 def argmax_loop(backend, prompt: list[int], max_new_tokens: int, stop_ids: set[int]) -> tuple[list[int], list[float]]:

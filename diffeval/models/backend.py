@@ -38,6 +38,7 @@ class Generation:
     text: str
     new_tokens: int
     seconds: float
+    batch: int = 1  # prompts that shared its forward pass (hf splits long prompts of unequal length)
 
 
 @dataclass(frozen=True)

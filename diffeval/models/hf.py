@@ -1,5 +1,10 @@
-"""The transformers backend: greedy batched generation with left padding, prefix-reusing choice scoring, attention
-rows through the attention interface, and the loaded model itself for tasks that need transformers internals."""
+"""The transformers backend: greedy batched generation, prefix-reusing choice scoring, attention rows through the
+attention interface, and the loaded model itself for tasks that need transformers internals.
+
+Batches never cost more than running their prompts one at a time: short prompts are left-padded into one tensor, but
+past `PADDED_BATCH_MAX_TOKENS` a padded batch's attention mask (batch × length² entries) would dwarf the model at
+long context, so long prompts run together only with prompts of their own length (no padding, no mask) and alone
+otherwise. Each `Generation` says how many prompts shared its forward pass."""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
 class HFBackend:
     name = "hf"
     capabilities = frozenset({"generate", "score", "attention_rows", "torch_module"})
+    # the longest prompt a padded batch may hold; longer prompts share a forward pass only with equal-length ones
+    PADDED_BATCH_MAX_TOKENS = 2048
 
     def __init__(self, loaded: LoadedModel):
         if not loaded.tokenizer.is_fast:
@@ -70,8 +77,17 @@ class HFBackend:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    @torch.inference_mode()
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
+        results: list[Generation | None] = [None] * len(prompts)
+        for group in forward_groups([len(p) for p in prompts], self.PADDED_BATCH_MAX_TOKENS):
+            outputs = self._generate_together([prompts[i] for i in group], max_new_tokens, stop)
+            for i, output in zip(group, outputs):
+                results[i] = output
+        return results
+
+    @torch.inference_mode()
+    def _generate_together(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
+        """One `generate` call: the prompts left-padded into one tensor (no padding when their lengths are equal)."""
         start = time.perf_counter()
         batch = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True)
         batch = {k: v.to(self.device) for k, v in batch.items()}
@@ -86,7 +102,7 @@ class HFBackend:
         for prompt, row in zip(prompts, new.tolist()):
             row = _through_stop(row, self.stop_ids)
             text = decoder.decode_continuation(prompt, row, self.stop_ids)
-            results.append(Generation(text=cut_at_stop(text, stop), new_tokens=len(row), seconds=seconds))
+            results.append(Generation(cut_at_stop(text, stop), len(row), seconds, batch=len(prompts)))
         return results
 
     @torch.inference_mode()
@@ -101,6 +117,10 @@ class HFBackend:
         if not reuse:
             for query, options in zip(queries, choices):
                 yield [self._choice_logprob_naive(prefix + query, choice) for choice in options]
+            return
+        if not prefix:  # nothing shared: each query is its own prefix
+            for query, options in zip(queries, choices):
+                yield from self.score_choices(query, [[]], [options])
             return
         # only the last position's logits are needed from the prefix: skip the LM head over the whole block
         prefix_out = self.model(input_ids=self._ids(prefix), use_cache=True, logits_to_keep=1)
@@ -139,6 +159,17 @@ class HFBackend:
             # the decoder alone: the LM head over every position would cost T × vocab floats for nothing
             self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
         return torch.stack([capture.shares[layer] for layer in sorted(capture.shares)]).float().cpu().numpy()
+
+
+def forward_groups(lengths: list[int], padded_max: int) -> list[list[int]]:
+    """Indices of the prompts that share one forward pass: all of them while the longest fits a padded batch; past
+    that, the prompts of each length together (in order of first appearance), so no batch is padded."""
+    if not lengths or max(lengths) <= padded_max:
+        return [list(range(len(lengths)))] if lengths else []
+    groups: dict[int, list[int]] = {}
+    for i, length in enumerate(lengths):
+        groups.setdefault(length, []).append(i)
+    return list(groups.values())
 
 
 def _rollback(cache, length: int) -> None:

@@ -34,7 +34,6 @@ os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 logging.getLogger("vllm").setLevel(os.environ["VLLM_LOGGING_LEVEL"].upper())
 # deprecation notices raised inside vLLM's own modules (on import and on first use): not actionable by our users
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"vllm\.")
-import torch  # noqa: E402
 from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.platforms import current_platform  # noqa: E402
@@ -133,6 +132,7 @@ class VLLMBackend:
                 cut_at_stop(self.tokenizer.decode_continuation(p, list(o.outputs[0].token_ids), self.stop_ids), stop),
                 len(o.outputs[0].token_ids),
                 seconds,
+                batch=len(prompts),  # submitted together; vLLM's scheduler batches them
             )
             for p, o in zip(prompts, outputs)
         ]
@@ -143,25 +143,26 @@ class VLLMBackend:
         """Per query, (summed log-probability, token count) of each of its choices after prefix + query.
 
         Every choice token's log-prob comes from a one-token request at its trie node (the choice's tokens before it),
-        asking for the log-probs of the node's children. With `reuse` the prefix is computed once, then every request
-        of every query reads it from the prefix cache; without, every request recomputes its whole prompt.
+        asking for the log-probs of the node's children; all queries' requests go to the engine in one call. With
+        `reuse` the prefix is computed once, then every request reads it from the prefix cache; without, every request
+        recomputes its whole prompt.
         """
         if reuse and prefix:  # fill the cache with the shared prefix first, so the batch below reads it, not races it
             self._requests([prefix], [[]], reuse=True)
-        for query, options in zip(queries, choices):
-            nodes = _trie(options)
-            context = prefix + query
-            keys, prompts, wanted = [], [], []
-            for node, children in nodes.items():
+        # every query's trie-node requests in one engine call: the scheduler batches them over the cached prefix
+        keys, prompts, wanted = [], [], []
+        for q, (query, options) in enumerate(zip(queries, choices)):
+            for node, children in _trie(options).items():
                 for i in range(0, len(children), MAX_IDS_PER_REQUEST):
-                    keys.append(node)
-                    prompts.append(context + list(node))
+                    keys.append((q, node))
+                    prompts.append(prefix + query + list(node))
                     wanted.append(children[i : i + MAX_IDS_PER_REQUEST])
-            logprobs: dict[tuple[int, ...], dict[int, float]] = {}
-            for node, found in zip(keys, self._requests(prompts, wanted, reuse)):
-                logprobs.setdefault(node, {}).update(found)
+        logprobs: dict[tuple[int, tuple[int, ...]], dict[int, float]] = {}
+        for key, found in zip(keys, self._requests(prompts, wanted, reuse)):
+            logprobs.setdefault(key, {}).update(found)
+        for q, options in enumerate(choices):
             yield [
-                (sum(logprobs[tuple(choice[:i])][token] for i, token in enumerate(choice)), len(choice))
+                (sum(logprobs[q, tuple(choice[:i])][token] for i, token in enumerate(choice)), len(choice))
                 for choice in options
             ]
 
@@ -192,12 +193,17 @@ class VLLMBackend:
         raise InputError("backend vllm has no torch_module: use --backend hf")
 
     def close(self) -> None:
-        # an in-process engine keeps its memory until shut down; dropping the reference alone would leak it
+        """Free everything the engine holds, so the next engine (the baseline after the DIFF model, a local judge
+        after both) passes vLLM's free-memory check: the engine core (its workers, KV cache and model), then the
+        distributed and model-parallel state vLLM set up for this process."""
+        from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+
+        if self.llm is None:
+            return
         self.llm.llm_engine.engine_core.shutdown()
         self.llm = None
+        cleanup_dist_env_and_memory()  # destroys the parallel groups, collects garbage, empties the device cache
         gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
 
 
 def _trie(choices: list[list[int]]) -> dict[tuple[int, ...], list[int]]:

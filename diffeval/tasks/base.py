@@ -47,6 +47,10 @@ class Task:
     # that the records alone do not hold (a needle prompt's text, an ICL order's labels, a hallucination document);
     # rebuilt from the run's config, as the samples are pure and seeded. None: the viewer shows the records alone.
     sample_view: Callable[..., dict] | None = None
+    # (generation rows, config) → Records: a second stage, run once every model has generated and its engine is
+    # freed, so a local judge has the device to itself. With it, `evaluate`'s records are generations: they wait in
+    # generations.jsonl, and only judged records reach samples.jsonl.
+    judge: Callable[..., Iterable] | None = None
 
 
 def with_cells(table, rows, columns, common: dict | None = None):

@@ -4,9 +4,10 @@ Recipe:
 1. samples: the first `samples` documents of each dataset, the same for every model.
 2. prompt: the dataset's template around the document (LongBench's templates for its sets); a document too long for
    the model's budget (ctx − the dataset's output length) loses its middle tokens, as LongBench truncates.
-3. backend: greedy generation with the dataset's output length and stop strings.
-4. judge: a binary verdict (hallucination-free or not) from the chosen judge, given the document, the reference and
-   the output; `overlap` gives a proxy, labelled as such.
+3. backend: greedy generation with the dataset's output length and stop strings, a whole chunk per engine call.
+4. judge, once every model has generated and been freed (a local judge loads only then): a binary verdict
+   (hallucination-free or not) given the document, the reference and the output; `overlap` gives a proxy, labelled
+   as such.
 5. score: 1 when judged hallucination-free; accuracy = the fraction of judged samples that are.
 """
 
@@ -78,29 +79,24 @@ def make_samples(options, seed: int, limit: int | None = None, prepared=None) ->
 
 
 def check_inputs(config) -> None:
-    """A bad --judge, a missing API key or unreadable data fails before any generation."""
-    _judge(config)
+    """A bad --judge, a missing API key, a faulty judge checkpoint or unreadable data fails before any generation;
+    no judge model is loaded here."""
+    _make_judge(config).close()
     for name in config.options.datasets:
         data.load(name, config.options.data_dir, 1)
 
 
-_judges: dict = {}
-
-
-def _judge(config):
+def _make_judge(config):
     options = config.options
-    key = (options.judge, options.judge_cache, options.judge_backend)
-    if key not in _judges:
-        _judges[key] = make_judge(
-            options.judge,
-            options.judge_cache,
-            timeout=options.judge_timeout,
-            retries=options.judge_retries,
-            concurrency=options.judge_concurrency,
-            device=config.device,
-            backend=options.judge_backend,
-        )
-    return _judges[key]
+    return make_judge(
+        options.judge,
+        options.judge_cache,
+        timeout=options.judge_timeout,
+        retries=options.judge_retries,
+        concurrency=options.judge_concurrency,
+        device=config.device,
+        backend=options.judge_backend,
+    )
 
 
 def fit_prompt(spec: data.DatasetSpec, doc: data.Document, backend: Backend, budget: int) -> tuple[list[int], int]:
@@ -120,52 +116,64 @@ def fit_prompt(spec: data.DatasetSpec, doc: data.Document, backend: Backend, bud
         cut += len(ids) - budget
 
 
-def batches(todo: list[HallucinationSample], config) -> list[list[HallucinationSample]]:
-    """As many outputs per batch as the judge may judge at once, so an API judge works concurrently."""
-    size = max(config.batch_size, config.options.judge_concurrency)
-    return [todo[i : i + size] for i in range(0, len(todo), size)]
-
-
-def evaluate(batch: list[HallucinationSample], backend: Backend, config) -> list[dict]:
+def evaluate(batch: list[HallucinationSample], backend: Backend, config) -> list[Record]:
+    """The chunk's generations, one engine call per dataset in it (output lengths differ); judged later, by `judge`."""
     ctx = config.options.ctx[0]
-    generated = []
-    for sample in batch:
-        spec = data.SPECS[sample.dataset]
-        start = time.perf_counter()
-        ids, cut = fit_prompt(spec, sample.document, backend, ctx - spec.max_new_tokens)
-        [out] = backend.generate([ids], spec.max_new_tokens, list(spec.stop))
-        generated.append((sample, ids, cut, out, time.perf_counter() - start))
-    judge = _judge(config)
-    items = [
-        JudgeItem(
-            "summary" if data.SPECS[s.dataset].kind == "summarization" else "answer",
-            s.document.context,
-            s.document.question,
-            s.document.reference,
-            out.text,
-        )
-        for s, _, _, out, _ in generated
-    ]
-    verdicts = judge.judge(items)
+    start = time.perf_counter()
+    fitted = [fit_prompt(data.SPECS[s.dataset], s.document, backend, ctx - data.SPECS[s.dataset].max_new_tokens)
+              for s in batch]  # fmt: skip
+    fitting = (time.perf_counter() - start) / len(batch)
+    outputs = {}
+    for name in dict.fromkeys(s.dataset for s in batch):  # each dataset has its own output length and stop strings
+        spec, same = data.SPECS[name], [i for i, s in enumerate(batch) if s.dataset == name]
+        outputs.update(zip(same, backend.generate([fitted[i][0] for i in same], spec.max_new_tokens, list(spec.stop))))
     records = []
-    for (sample, ids, cut, out, seconds), verdict in zip(generated, verdicts):
-        free = verdict.hallucination_free
+    for i, sample in enumerate(batch):
+        (ids, cut), out = fitted[i], outputs[i]
         fields = {
             "dataset": sample.dataset,
             "id": sample.document.id,
             "truncated_tokens": cut,
             "output": out.text,
             "reference": sample.document.reference,
-            "verdict": free,
-            "score": None if free is None else float(free),
-            "judge": judge.id,
-            "judge_kind": judge.kind,
-            "judge_rationale": verdict.rationale,
         }
+        seconds = fitting + out.seconds
         records.append(
             Record("hallucination", backend.info.name, sample.sample_id, len(ids), out.new_tokens, seconds, fields)
         )
     return records
+
+
+def judge(generations: list[dict], config):
+    """Judged records of the generations, as many per judge call as the judge takes at once; the judge is freed
+    when done."""
+    documents = {
+        (name, doc.id): doc
+        for name in config.options.datasets
+        for doc in data.load(name, config.options.data_dir, config.options.samples)
+    }
+    judge = _make_judge(config)
+    try:
+        for i in range(0, len(generations), judge.batch):
+            chunk = generations[i : i + judge.batch]
+            items = []
+            for row in chunk:
+                doc, kind = documents[row["dataset"], row["id"]], data.SPECS[row["dataset"]].kind
+                kind = "summary" if kind == "summarization" else "answer"
+                items.append(JudgeItem(kind, doc.context, doc.question, doc.reference, row["output"]))
+            for row, verdict in zip(chunk, judge.judge(items)):
+                free = verdict.hallucination_free
+                record = Record.from_dict(row)
+                record.fields.update(
+                    verdict=free,
+                    score=None if free is None else float(free),
+                    judge=judge.id,
+                    judge_kind=judge.kind,
+                    judge_rationale=verdict.rationale,
+                )
+                yield record
+    finally:
+        judge.close()
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
@@ -271,7 +279,7 @@ TASK = Task(
     needs=frozenset({"generate"}),
     plots=plots,
     check_inputs=check_inputs,
-    batches=batches,
+    judge=judge,
     sizing=sizing,
     sample_view=sample_view,
 )

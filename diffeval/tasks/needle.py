@@ -463,7 +463,9 @@ def score(output: str, expected: list[str]) -> tuple[float, bool]:
     return hits / len(expected), hits == len(expected)
 
 
-def record(sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float):
+def record(
+    sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float, batch: int = 1
+):
     value, correct = score(output, sample.expected)
     fields = asdict(sample)
     for key in ("sample_id", "haystack_seed"):
@@ -476,6 +478,7 @@ def record(sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, 
         output=output,
         score=value,
         correct=correct,
+        generation_batch=batch,  # prompts generated together (hf runs long prompts of unequal length one at a time)
     )
     return Record("needle", model, sample.sample_id, len(prompt.ids), new_tokens, seconds, fields)
 
@@ -571,7 +574,8 @@ def evaluate(batch: list[tuple[NeedleSample, NeedlePrompt]], backend: Backend, c
     """Greedy answers for one batch of samples on one model, as scored records."""
     outputs = backend.generate([p.ids for _, p in batch], config.max_new_tokens, STOP)
     return [
-        record(s, p, backend.info.name, out.text, out.new_tokens, out.seconds) for (s, p), out in zip(batch, outputs)
+        record(s, p, backend.info.name, out.text, out.new_tokens, out.seconds, out.batch)
+        for (s, p), out in zip(batch, outputs)
     ]
 
 
