@@ -122,7 +122,9 @@ class RunConfig:
     gpu_memory_utilization: float = option(
         0.9, help="vllm: fraction of GPU memory the engine may take [default: 0.9]", identity=False
     )
-    enforce_eager: bool = option(False, help="vllm: no CUDA graphs (faster start, slower decode)", identity=False)
+    enforce_eager: bool = option(
+        False, help="vllm: no CUDA graphs or compilation (faster start, slower decode); always on CPU", identity=False
+    )
     max_model_len: int | None = option(
         None, help="vllm: longest sequence [default: the longest --ctx]", type=int, identity=False
     )

@@ -149,26 +149,25 @@ def test_chat_template_missing_is_input_error(backends):
         backends["base"].render_prompt("x", "y", chat_template=True)
 
 
-def test_forward_groups_pad_short_prompts_and_never_long_ones():
+def test_forward_groups_bound_the_padded_batch():
     from diffeval.models.hf import forward_groups
 
-    assert forward_groups([10, 12, 9], padded_max=16) == [[0, 1, 2]]
-    assert forward_groups([40, 30, 40, 12], padded_max=16) == [[0, 2], [1], [3]]
-    assert forward_groups([], padded_max=16) == []
+    assert forward_groups([10, 12, 9], max_tokens=36) == [[0, 1, 2]]
+    assert forward_groups([10, 12, 9], max_tokens=30) == [[0, 1], [2]]
+    assert forward_groups([40, 30, 40, 12], max_tokens=32) == [[0], [1], [2], [3]]
+    assert forward_groups([], max_tokens=16) == []
 
 
-def test_long_prompts_of_unequal_length_are_split_and_decode_as_alone(backends, monkeypatch):
-    """Past the padded-batch length a batch runs as equal-length groups (no padding, no mask), with the outputs each
-    prompt gets alone; each Generation says how many prompts shared its forward pass."""
+def test_a_batch_holds_at_most_max_batch_tokens_and_decodes_as_alone(backends, monkeypatch):
+    """Prompts share a forward pass only while the padded batch fits MAX_BATCH_TOKENS, with the outputs each prompt
+    gets alone; each Generation says how many prompts shared its forward pass."""
     backend = backends["base"]
     sample = needle.make_sample(0, 1024, 50, 1, 1, 0)
     ids = needle.build_prompt(sample, "noise", backend, 300, chat_template=False).ids
     prompts = [ids, ids[:-7], list(ids), ids[:-3]]
     alone = [backend.generate([p], 12, needle.STOP)[0] for p in prompts]
-    monkeypatch.setattr(HFBackend, "PADDED_BATCH_MAX_TOKENS", 64)
-    together = backend.generate(prompts, 12, needle.STOP)
-    assert [g.text for g in together] == [g.text for g in alone]
-    assert [g.new_tokens for g in together] == [g.new_tokens for g in alone]
-    assert [g.batch for g in together] == [2, 1, 2, 1]
-    monkeypatch.setattr(HFBackend, "PADDED_BATCH_MAX_TOKENS", 4096)
-    assert [g.batch for g in backend.generate(prompts, 12, needle.STOP)] == [4] * 4  # short: one padded batch
+    for max_tokens, batches in ((len(ids) - 1, [1, 1, 1, 1]), (2 * len(ids), [2, 2, 2, 2]), (4096, [4, 4, 4, 4])):
+        monkeypatch.setattr(HFBackend, "MAX_BATCH_TOKENS", max_tokens)
+        together = backend.generate(prompts, 12, needle.STOP)
+        assert [g.batch for g in together] == batches
+        assert [(g.text, g.new_tokens) for g in together] == [(g.text, g.new_tokens) for g in alone]

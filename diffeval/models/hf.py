@@ -1,10 +1,10 @@
 """The transformers backend: greedy batched generation, prefix-reusing choice scoring, attention rows through the
 attention interface, and the loaded model itself for tasks that need transformers internals.
 
-Batches never cost more than running their prompts one at a time: short prompts are left-padded into one tensor, but
-past `PADDED_BATCH_MAX_TOKENS` a padded batch's attention mask (batch × length² entries) would dwarf the model at
-long context, so long prompts run together only with prompts of their own length (no padding, no mask) and alone
-otherwise. Each `Generation` says how many prompts shared its forward pass."""
+A batch never costs more memory than the longest prompt the engine takes alone: prompts are left-padded together
+only while the padded batch holds at most `MAX_BATCH_TOKENS` tokens (batch × longest prompt), so its activations,
+attention mask and KV cache stay those of one 4K prompt; longer prompts run one at a time. Each `Generation` says how
+many prompts shared its forward pass."""
 
 from __future__ import annotations
 
@@ -26,8 +26,10 @@ from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
 class HFBackend:
     name = "hf"
     capabilities = frozenset({"generate", "score", "attention_rows", "torch_module"})
-    # the longest prompt a padded batch may hold; longer prompts share a forward pass only with equal-length ones
-    PADDED_BATCH_MAX_TOKENS = 2048
+    # prompt tokens one forward pass may hold, padding included. Past it batching costs more than it saves (toy-base,
+    # CPU, benchmarks/hf_batching.py): 4 equal-length 16K prompts together peaked at 1.7x the RSS of one at a time
+    # and took 1.2x the time; 2 padded 4K prompts took 1.7x; 4 prompts of 1K took 0.96x
+    MAX_BATCH_TOKENS = 4096
 
     def __init__(self, loaded: LoadedModel):
         if not loaded.tokenizer.is_fast:
@@ -79,7 +81,7 @@ class HFBackend:
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(prompts)
-        for group in forward_groups([len(p) for p in prompts], self.PADDED_BATCH_MAX_TOKENS):
+        for group in forward_groups([len(p) for p in prompts], self.MAX_BATCH_TOKENS):
             outputs = self._generate_together([prompts[i] for i in group], max_new_tokens, stop)
             for i, output in zip(group, outputs):
                 results[i] = output
@@ -161,15 +163,19 @@ class HFBackend:
         return torch.stack([capture.shares[layer] for layer in sorted(capture.shares)]).float().cpu().numpy()
 
 
-def forward_groups(lengths: list[int], padded_max: int) -> list[list[int]]:
-    """Indices of the prompts that share one forward pass: all of them while the longest fits a padded batch; past
-    that, the prompts of each length together (in order of first appearance), so no batch is padded."""
-    if not lengths or max(lengths) <= padded_max:
-        return [list(range(len(lengths)))] if lengths else []
-    groups: dict[int, list[int]] = {}
+def forward_groups(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Indices of the prompts that share one forward pass, in order: a group grows while its padded size (members ×
+    longest) stays within `max_tokens`; a prompt longer than that runs alone."""
+    groups: list[list[int]] = []
+    longest = 0
     for i, length in enumerate(lengths):
-        groups.setdefault(length, []).append(i)
-    return list(groups.values())
+        if groups and (len(groups[-1]) + 1) * max(longest, length) <= max_tokens:
+            groups[-1].append(i)
+            longest = max(longest, length)
+        else:
+            groups.append([i])
+            longest = length
+    return groups
 
 
 def _rollback(cache, length: int) -> None:
