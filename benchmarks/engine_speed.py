@@ -34,12 +34,14 @@ def measure(backend_name: str, model: str, samples: int) -> dict:
     import torch
 
     from diffeval.data.haystack import NOISE_SENTENCES
-    from diffeval.models.backend import EngineSettings, make_backend
+    from diffeval.models.backend import EngineSettings, default_batch_size, make_backend
     from diffeval.models.spec import ModelSpec
     from diffeval.tasks import needle
 
     torch.set_num_threads(len(CORES))
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=16384, batch_size=samples)
+    # the CLI's default chunk on each engine (vllm: 256 sequences scheduled at once)
+    batch = default_batch_size(backend_name)
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=16384, batch_size=batch)
     start = time.perf_counter()
     backend = make_backend(ModelSpec("m", model), settings, backend_name)
     result = {"backend": backend_name, "load_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads()}
@@ -60,7 +62,7 @@ def measure(backend_name: str, model: str, samples: int) -> dict:
     block = backend.encode(" ".join(NOISE_SENTENCES * 40)).ids[:2048]
     queries = [backend.encode(f"Question: what is item {i}?\nType:", special_tokens=False).ids for i in range(24)]
     labels = ["location", "numeric value", "human being", "entity", "description", "abbreviation"]
-    choices = [backend.encode(" " + label, special_tokens=False).ids for label in labels]
+    choices = [[backend.encode(" " + label, special_tokens=False).ids for label in labels]] * len(queries)
     start = time.perf_counter()
     scores = list(backend.score_choices(block, queries, choices))
     result["icl_s"] = time.perf_counter() - start
@@ -105,7 +107,10 @@ def main() -> None:
         results = {}
         for name in ("hf", "vllm"):
             child = [sys.executable, __file__, "--samples", str(args.samples), "--child", name, str(root / "llama")]
-            line = subprocess.run(child, capture_output=True, text=True, check=True).stdout.strip().splitlines()[-1]
+            done = subprocess.run(child, capture_output=True, text=True)
+            if done.returncode:
+                sys.exit(f"the {name} child failed:\n{done.stderr[-3000:]}")
+            line = done.stdout.strip().splitlines()[-1]
             results[name] = json.loads(line)
     hf, vllm = results["hf"], results["vllm"]
     print(f"# tiny Llama (4 layers, GQA 4/2 heads of 32), fp32, CPU cores {CORES}, {args.samples} needle samples per "

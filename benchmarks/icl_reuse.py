@@ -66,7 +66,8 @@ def main() -> None:
             backend.encode(icl.format_example("trec", data.test[i].text, None), special_tokens=False).ids
             for i in icl.test_ids(config.options, "trec", 0)
         ]
-        choices = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
+        labels = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
+        choices = [labels] * len(queries)  # score_choices takes each query's choices
 
         def predictions(scores):
             return [max(range(len(s)), key=lambda j: s[j][0]) for s in scores]
@@ -76,13 +77,13 @@ def main() -> None:
         reuse_seconds = time.perf_counter() - start
         subset = queries[: args.naive_queries]
         start = time.perf_counter()
-        naive = list(backend.score_choices(prefix, subset, choices, reuse=False))
+        naive = list(backend.score_choices(prefix, subset, choices[: len(subset)], reuse=False))
         naive_subset_seconds = time.perf_counter() - start
         naive_seconds = naive_subset_seconds * len(queries) / len(subset)
         same = predictions(naive) == predictions(reused[: len(subset)])
         print(
             f"# TREC, {shots} shots = {len(prefix)}-token demonstration block, {len(queries)} queries x "
-            f"{len(choices)} labels, tiny {'DiffLlama' if args.backend == 'hf' else 'Llama'}, {args.backend}, CPU\n"
+            f"{len(labels)} labels, tiny {'DiffLlama' if args.backend == 'hf' else 'Llama'}, {args.backend}, CPU\n"
         )
         print("path | seconds | note")
         print("--- | --- | ---")
