@@ -145,9 +145,7 @@ class EngineLog:
         load, close = engine_class.load.__func__, engine_class.close
 
         def tracked_load(cls, spec, settings):
-            gc.collect()
-            alive = [name for name, ref in self._held if ref() is not None]
-            self.events.append(("load", spec.name, alive))
+            self.events.append(("load", spec.name, self.alive()))
             backend = load(cls, spec, settings)
             self._held.append((spec.name, weakref.ref(held(backend))))
             return backend
@@ -158,3 +156,9 @@ class EngineLog:
 
         monkeypatch.setattr(engine_class, "load", classmethod(tracked_load))
         monkeypatch.setattr(engine_class, "close", tracked_close)
+
+    def alive(self) -> list[str]:
+        """The models loaded so far whose held object survives a garbage collection."""
+        gc.collect()
+        return [name for name, ref in self._held if ref() is not None]
+

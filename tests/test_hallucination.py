@@ -326,6 +326,7 @@ def test_one_engine_at_a_time_and_the_local_judge_loads_last(tiny_models, local_
         ("load", "diff", []), ("close", "diff", None), ("load", "base", []), ("close", "base", None),
         ("load", "judge", []), ("close", "judge", None),
     ]  # fmt: skip
+    assert log.alive() == []  # the judge's model too, once it is closed
     assert generate_calls == [3, 3]  # a whole chunk per generate call
     records = folder.read_records().rows
     assert len(records) == 6 and all(r["judge"].startswith("hf:") and r["verdict"] in (True, False) for r in records)

@@ -197,6 +197,7 @@ def test_hallucination_on_vllm_matches_hf_with_one_engine_at_a_time(gqa_llama, t
     freed = (None, None, False)
     assert log.events == [("load", "toy", []), ("close", "toy", freed), ("load", "gqa", []), ("close", "gqa", freed),
                           ("load", "judge", []), ("close", "judge", freed)]  # fmt: skip
+    assert log.alive() == []  # the judge's model too, once it is closed
     hf, vllm = runs["hf"], runs["vllm"]
     assert hf.keys() == vllm.keys() and len(hf) == 10  # (3 xsum + 2 hotpotqa documents) x 2 models
     differing = [key for key in hf if hf[key]["output"] != vllm[key]["output"]]
