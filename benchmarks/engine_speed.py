@@ -48,7 +48,7 @@ def measure(backend_name: str, model: str, samples: int) -> dict:
     result["omp_bind"] = os.environ["VLLM_CPU_OMP_THREADS_BIND"] if backend_name == "vllm" else "-"
     for ctx in (4096, 16384):
         batch = needle.prepare_batch(needle.make_samples(_options(ctx, samples), seed=0), backend, _Config())
-        prompts = [p.ids for _, p in batch]
+        prompts = [p.ids for _, p, _ in batch]
         chunks = [prompts] if backend_name == "vllm" else [[p] for p in prompts]
         start = time.perf_counter()
         outputs = [g.text for chunk in chunks for g in backend.generate(chunk, 32, needle.STOP)]

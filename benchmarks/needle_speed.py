@@ -54,6 +54,7 @@ def harness_overhead(name: str, path: Path, ctx: int, samples: int, out: Path) -
         "samples": samples // len(DEPTHS),
         "out": str(out),
         "device": "cpu",
+        "max_new_tokens": 32,
     }
     config = build_config("needle", {}, flags)
     start = time.perf_counter()

@@ -161,6 +161,9 @@ def report(
     out: Annotated[str | None, Opt(help="write here (one subfolder per run) instead of into each run folder")] = None,
     paper: Annotated[bool, Opt("--paper", help="add the paper's numbers where the setting matches")] = False,
     fail_under: FailUnder = None,
+    scoring: Annotated[
+        str | None, Opt("--scoring", help="needle: rescore stored outputs by rule default | ruler [default: default]")
+    ] = None,
 ) -> None:
     """Paper-layout tables, plots and paired statistics from run folders' samples.jsonl."""
     from pathlib import Path
@@ -170,7 +173,7 @@ def report(
 
     gates = [parse_threshold(g) for g in fail_under or []]
     folders = run_folders(run_dirs)
-    reports = build_report(folders, parse_formats(format), Path(out) if out else None, paper)
+    reports = build_report(folders, parse_formats(format), Path(out) if out else None, paper, scoring)
     for item in reports:
         _print_report(item)
         if item.damaged or item.duplicates:
@@ -297,8 +300,10 @@ def _print_report(report) -> None:
     from diffeval.report.tables import title
 
     for key, frame in report.tables.items():
-        console.print(f"[bold]{title(key, TASKS[report.task].titles)}[/bold]", soft_wrap=True)
+        console.print(f"[bold]{title(key, report.titles)}[/bold]", soft_wrap=True)
         console.print(frame.to_markdown(floatfmt=".3f"), markup=False, highlight=False, soft_wrap=True)
+        if frame.attrs.get("note"):  # how the table's statistics were made (e.g. clusters resampled)
+            console.print(f"_{frame.attrs['note']}_", markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

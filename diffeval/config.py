@@ -107,7 +107,12 @@ class RunConfig:
     chat_template: bool = option(
         False, help="use the model's chat template [default: off]", flag="--chat-template/--no-chat-template"
     )
-    max_new_tokens: int = option(32, help="tokens to generate; also reserved in the budget [default: 32]")
+    max_new_tokens: int | None = option(
+        None,
+        help="tokens to generate, also reserved in the prompt budget [default: the expected answer's length in the "
+        "model's tokens + 16 per queried needle, at least 32]",
+        type=int,
+    )
     batch_size: int | None = option(
         None, help="prompts per backend call [default: 1 on hf, 256 on vllm]", type=int, identity=False
     )
@@ -159,7 +164,9 @@ class RunConfig:
             raise InputError(f"bad --device {self.device!r}: use one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPES:
             raise InputError(f"bad --dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
-        if self.max_new_tokens < 1 or (self.batch_size is not None and self.batch_size < 1):
+        if (self.max_new_tokens is not None and self.max_new_tokens < 1) or (
+            self.batch_size is not None and self.batch_size < 1
+        ):
             raise InputError("--max-new-tokens and --batch-size must be at least 1")
         if self.tensor_parallel_size < 1 or not 0 < self.gpu_memory_utilization <= 1:
             raise InputError("--tensor-parallel-size must be at least 1 and --gpu-memory-utilization in (0, 1]")
@@ -178,9 +185,10 @@ class RunConfig:
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
         self.options.validate()
+        reserved = self.max_new_tokens or 32  # the least a needle answer reserves
         for ctx in self.options.ctx:
-            if ctx <= self.max_new_tokens + 64:
-                raise InputError(f"context {ctx} leaves no room for a prompt: use at least {self.max_new_tokens + 65}")
+            if ctx <= reserved + 64:
+                raise InputError(f"context {ctx} leaves no room for a prompt: use at least {reserved + 65}")
         return self
 
     def identity(self) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def test_run_writes_records_summary_and_tables(finished_run):
     assert all(required <= set(r) for r in records)
     by_sample = {}
     for r in records:
-        assert 0.99 * r["ctx"] <= r["prompt_tokens"] + 32 <= r["ctx"]
+        assert 0.99 * r["ctx"] <= r["prompt_tokens"] + r["max_new_tokens"] <= r["ctx"] and r["max_new_tokens"] >= 32
         by_sample.setdefault(r["sample_id"], []).append(r)
     for pair in by_sample.values():  # the same sample pairs across models with identical content
         assert {r["model"] for r in pair} == {"diff", "base"}
@@ -81,7 +81,7 @@ def test_run_writes_records_summary_and_tables(finished_run):
     assert summary[0] == "model,ctx,depth,needles,queries,n,accuracy,ci_low,ci_high"
     assert len(summary) == 1 + 2 * 2 * 3 * 2
     table = (finished_run / "table.md").read_text()
-    assert "1K N/R=1/1" in table and "2K N/R=2/2" in table and "Depth x length grid (diff)" in table
+    assert "1K N/R=1/1" in table and "2K N/R=2/2" in table and "Depth x length grid [scoring: default] (diff)" in table
 
 
 def test_report_formats(finished_run):

@@ -101,7 +101,7 @@ def test_attention_answer_rows_and_judge_verdicts_are_tokenized_after_their_prom
     [sample] = attention.TASK.make_samples(config.options, config.seed, None, None)
     attention.evaluate([sample], backend, config)
     [(ids, rows)] = backend.attended
-    prompt = needle.build_prompt(sample, "noise", backend, sample.ctx - config.max_new_tokens, False)
+    prompt, _ = needle.fitted_prompt(sample, backend, config)
     assert ids == backend.encode(prompt.text + " " + ", ".join(sample.expected)).ids
     assert rows[0] == len(prompt.ids) - 1 and rows[-1] == len(ids) - 2
 

@@ -5,10 +5,12 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from conftest import pair_options, run_cli
 from diffeval.report import stats
+from diffeval.report.gates import compare
 from diffeval.report.tables import build_report
 from diffeval.results import RunFolder
 
@@ -28,6 +30,7 @@ def needle_records(diff_correct=(1, 1, 1, 0), base_correct=(1, 0, 0, 0)):
     for model, outcomes in (("diff", diff_correct), ("base", base_correct)):
         for i, ok in enumerate(outcomes):
             ctx, depth, (n, r) = (4096 if i % 2 == 0 else 8192), (0 if i < 2 else 100), ((1, 1) if i < 2 else (2, 2))
+            numbers = ["4821937", "1234567"][:n]
             records.append(
                 {
                     "model": model,
@@ -36,6 +39,9 @@ def needle_records(diff_correct=(1, 1, 1, 0), base_correct=(1, 0, 0, 0)):
                     "depth": depth,
                     "needles": n,
                     "queries": r,
+                    "numbers": numbers,
+                    "expected": numbers[:r],
+                    "output": ", ".join(numbers[:r]) if ok else "7777777",
                     "score": float(ok),
                     "correct": bool(ok),
                     "prompt_tokens": ctx - 40,
@@ -268,3 +274,76 @@ def test_suite_runs_every_task_and_gates(tiny_models, tmp_path):
     assert gated.returncode == 1 and "gate failed" in gated.stderr
     bad = run_cli("run", "suite", str(tmp_path / "nope.yaml"), "-m", f"diff={tiny_models['diff']}")
     assert bad.returncode == 2 and "not found" in bad.stderr
+
+
+def clustered_icl_records(winner="diff", test_id=True):
+    """8 test queries × 10 orders: on queries 0 and 1 `winner` is right and the other model wrong in every order; on
+    the others both models are right in the same orders."""
+    records = []
+    for model in ("diff", "base"):
+        for q in range(8):
+            for seed in range(10):
+                ok = model == winner if q < 2 else (seed + q) % 2 == 0
+                record = {
+                    "model": model,
+                    "sample_id": f"{seed}-{q}",
+                    "dataset": "trec",
+                    "shots": 10,
+                    "order": "random",
+                    "order_seed": seed,
+                    "draw": 0,
+                    "test_id": q,
+                    "status": "ok",
+                    "score": float(ok),
+                    "correct": ok,
+                }
+                if not test_id:  # as a run written before ICL declared its clusters would have it
+                    del record["test_id"]
+                records.append(record)
+    return records
+
+
+def test_cluster_bootstrap_does_not_count_orders_as_new_evidence(tmp_path):
+    frame = pd.DataFrame(clustered_icl_records())
+    diff, base = (frame[frame["model"] == m].set_index("sample_id").sort_index() for m in ("diff", "base"))
+    pooled = stats.paired_difference(diff["score"], base["score"])
+    clustered = stats.paired_difference(diff["score"], base["score"], clusters=diff["test_id"])
+    assert pooled["difference"] == clustered["difference"] == 0.25 and pooled["n"] == clustered["n"] == 80
+    # two queries repeated over ten orders are 20 discordant pairs to McNemar, two of eight queries to the bootstrap
+    assert pooled["test"] == "mcnemar" and pooled["p_value"] < 0.001
+    assert clustered["test"] == "cluster bootstrap" and clustered["clusters"] == 8
+    assert clustered["p_value"] > 0.05 and clustered["ci_low"] <= 0 < clustered["ci_high"]
+    assert stats.paired_difference(diff["score"], base["score"], clusters=diff["test_id"]) == clustered  # seeded
+
+    folder = _folder(tmp_path, "icl", "icl", clustered_icl_records())
+    [report] = build_report([RunFolder(folder)], ["md", "latex"])
+    overall = report.tables["paired"].reset_index().iloc[0]
+    assert overall["shots"] == "all" and overall["test"] == "cluster bootstrap" and overall["clusters"] == 8
+    assert overall["p_value"] > 0.05
+    assert (
+        "Paired cluster bootstrap over the clusters of records that share dataset and test_id (8"
+        in (folder / "table.md").read_text()
+    )
+
+
+def test_compare_resamples_icl_test_queries(tmp_path):
+    old = _folder(tmp_path, "old", "icl", clustered_icl_records())
+    new = _folder(tmp_path, "new", "icl", clustered_icl_records("base"))  # DIFF now wrong on queries 0 and 1
+    row = compare([RunFolder(old)], [RunFolder(new)], max_drop=0.02, alpha=0.05).set_index("model").loc["diff"]
+    assert row["test"] == "cluster bootstrap" and row["paired_n"] == 80 and row["clusters"] == 8
+    # pooled, the same drop is 20 discordant pairs out of 20: McNemar p < 0.001, a regression
+    assert row["drop"] == pytest.approx(0.25) and row["p_value"] > 0.05 and not row["regressed"]
+
+    # old records without test_id: today's pooled McNemar, with a note, no crash
+    bare_old = _folder(tmp_path, "bare_old", "icl", clustered_icl_records(test_id=False))
+    bare_new = _folder(tmp_path, "bare_new", "icl", clustered_icl_records("base", test_id=False))
+    notes = []
+    pooled = compare([RunFolder(bare_old)], [RunFolder(bare_new)], 0.02, 0.05, notes.append).set_index("model")
+    assert pooled.loc["diff", "test"] == "mcnemar" and pooled.loc["diff", "clusters"] == 80
+    assert pooled.loc["diff", "regressed"] and notes == [
+        "note: icl records lack dataset, test_id: compare counts every sample as independent (McNemar/Wilcoxon), "
+        "which overstates significance"
+    ]
+    [report] = build_report([RunFolder(bare_old)], ["md"])
+    assert set(report.tables["paired"]["test"]) == {"mcnemar"}
+    assert "Records without dataset and test_id" in (bare_old / "table.md").read_text()

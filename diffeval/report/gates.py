@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from diffeval.errors import InputError
-from diffeval.report.stats import paired_test
+from diffeval.report.stats import cluster_labels, paired_difference, paired_test
 from diffeval.report.tables import load_records
 from diffeval.results import RUN_FILE, RunFolder
 from diffeval.tasks import TASKS
@@ -99,12 +99,26 @@ def check_thresholds(gates: list[Threshold], runs: list[tuple[str, pd.DataFrame]
 
 
 def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: float, warn=None) -> pd.DataFrame:
-    """Every metric both sides share: old and new means, the drop, and a paired test on the shared samples."""
-    before, after = metric_values(load_runs(old, warn)), metric_values(load_runs(new, warn))
+    """Every metric both sides share: old and new means, the drop, and a paired test on the shared samples: for a
+    task with clusters of dependent samples, a paired cluster bootstrap, and `clusters` counts them (elsewhere every
+    sample is its own)."""
+    old_runs = load_runs(old, warn)
+    before, after = metric_values(old_runs), metric_values(load_runs(new, warn))
+    samples = {task: frame.drop_duplicates("sample_id").set_index("sample_id") for task, frame in old_runs}
+    unclustered = set()  # tasks with clusters whose records lack their columns (runs older than the clusters)
     rows = []
     for key in sorted(set(before) & set(after)):
         shared = before[key].index.intersection(after[key].index)
-        p_value, test = paired_test(before[key][shared], after[key][shared]) if len(shared) else (1.0, "none")
+        keys = TASKS[key[0]].cluster_keys
+        labels = cluster_labels(samples[key[0]].loc[shared], keys) if len(shared) else None
+        if labels is not None:
+            result = paired_difference(before[key][shared], after[key][shared], clusters=labels)
+            p_value, test, clusters = result["p_value"], result["test"], result["clusters"]
+        else:
+            p_value, test = paired_test(before[key][shared], after[key][shared]) if len(shared) else (1.0, "none")
+            clusters = len(shared)
+            if keys and len(shared):
+                unclustered.add(key[0])
         drop = before[key].mean() - after[key].mean()
         rows.append(
             {
@@ -115,9 +129,16 @@ def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: 
                 "new": after[key].mean(),
                 "drop": drop,
                 "paired_n": len(shared),
+                "clusters": clusters,
                 "p_value": p_value,
                 "test": test,
                 "regressed": bool(drop > max_drop and p_value < alpha),
             }
         )
+    if warn is not None:
+        for task in sorted(unclustered):
+            warn(
+                f"note: {task} records lack {', '.join(TASKS[task].cluster_keys)}: compare counts every sample as "
+                "independent (McNemar/Wilcoxon), which overstates significance"
+            )
     return pd.DataFrame(rows)

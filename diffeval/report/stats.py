@@ -4,6 +4,10 @@
 - other outcomes (fractional scores, attention shares): percentile bootstrap (fixed seed); paired: Wilcoxon
   signed-rank test.
 - paired differences always get a bootstrap CI of the mean difference.
+- a task whose samples come in clusters of dependent samples (`Task.cluster_keys`: an ICL test query asked under
+  several demonstration orders and draws) gets a paired cluster bootstrap instead: whole clusters are resampled,
+  for the CI and a two-sided p-value, whatever the outcome; McNemar and Wilcoxon would count every sample of a
+  cluster as independent evidence.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from scipy import stats
 
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0
+CLUSTER_TEST = "cluster bootstrap"  # the `test` the paired statistics name for a clustered task
 
 
 def is_binary(values) -> bool:
@@ -69,9 +74,37 @@ def paired_test(first, second) -> tuple[float, str]:
     return float(stats.wilcoxon(a, b).pvalue), "wilcoxon"
 
 
-def paired_difference(first, second, confidence: float = 0.95) -> dict:
-    """Mean of first − second over the same samples, its bootstrap CI and the paired test's p-value."""
+def cluster_bootstrap(differences, clusters, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) -> dict:
+    """Paired cluster bootstrap of the mean of `differences` (one per paired sample, first − second): clusters are
+    drawn with replacement, each bringing all of its samples, and a resample's statistic is the mean over the samples
+    it holds, so the estimate stays the plain mean of the differences. Percentile CI; two-sided p-value: twice the
+    smaller share of resamples on either side of 0 (add-one, never 0)."""
+    diff = np.asarray(differences, dtype=float)
+    codes, _ = pd.factorize(np.asarray(clusters))
+    sums, sizes = np.bincount(codes, weights=diff), np.bincount(codes)
+    if len(sizes) < 2:  # one cluster: nothing to resample, no evidence either way
+        return {"clusters": len(sizes), "ci_low": float(diff.mean()), "ci_high": float(diff.mean()), "p_value": 1.0}
+    picks = np.random.default_rng(seed).integers(0, len(sizes), size=(BOOTSTRAP_RESAMPLES, len(sizes)))
+    means = sums[picks].sum(axis=1) / sizes[picks].sum(axis=1)
+    low, high = np.percentile(means, [50 * (1 - confidence), 50 * (1 + confidence)])
+    tail = min((means <= 0).sum(), (means >= 0).sum())
+    p_value = min(1.0, 2 * (tail + 1) / (len(means) + 1))
+    return {"clusters": len(sizes), "ci_low": float(low), "ci_high": float(high), "p_value": float(p_value)}
+
+
+def paired_difference(first, second, confidence: float = 0.95, clusters=None) -> dict:
+    """Mean of first − second over the same samples, its bootstrap CI and the paired test's p-value; with `clusters`
+    (one label per sample), the paired cluster bootstrap's CI and p-value, and the number of clusters."""
     diff = np.asarray(first, dtype=float) - np.asarray(second, dtype=float)
+    if clusters is not None:
+        resampled = cluster_bootstrap(diff, clusters, confidence)
+        return {
+            "n": len(diff),
+            "clusters": resampled.pop("clusters"),
+            "difference": float(diff.mean()),
+            **resampled,
+            "test": CLUSTER_TEST,
+        }
     low, high = bootstrap_ci(diff, confidence)
     p_value, test = paired_test(first, second)
     return {
@@ -82,6 +115,15 @@ def paired_difference(first, second, confidence: float = 0.95) -> dict:
         "p_value": p_value,
         "test": test,
     }
+
+
+def cluster_labels(frame: pd.DataFrame, keys: list[str] | None) -> pd.Series | None:
+    """Each record's cluster (an integer shared by the records equal on every key), or None where there is no key or
+    a record lacks one of its columns (a run written before the task declared its clusters): the paired statistics
+    then treat every sample as independent."""
+    if not keys or not set(keys) <= set(frame.columns) or frame[keys].isna().any().any():
+        return None
+    return frame.groupby(keys, sort=False).ngroup()
 
 
 def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.DataFrame:

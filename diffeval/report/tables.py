@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from diffeval.errors import InputError
-from diffeval.report.stats import paired_difference, summarize
+from diffeval.report.stats import BOOTSTRAP_RESAMPLES, cluster_labels, paired_difference, summarize
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
 from diffeval.tasks.base import Task, with_cells
@@ -23,7 +23,7 @@ FORMATS = ("md", "csv", "latex", "html")
 
 PAIRED_TITLE = (
     "Paired DIFF - baseline differences on the same samples (bootstrap 95 % CI; McNemar exact for yes/no outcomes, "
-    "Wilcoxon signed-rank otherwise)"
+    "Wilcoxon signed-rank otherwise; a paired cluster bootstrap where the test column says so, as the note explains)"
 )
 
 
@@ -46,6 +46,7 @@ class RunReport:
     damaged: int
     duplicates: int
     frame: pd.DataFrame  # the records the tables came from (gates reuse them)
+    titles: dict[str, str] = field(default_factory=dict)  # table key → title (the task's, with its scoring rule)
     plots: list[Path] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
 
@@ -57,11 +58,24 @@ class LoadedRun:
     frame: pd.DataFrame  # one row per (model, sample_id)
     damaged: int
     duplicates: int
+    scoring: str | None = None  # the scoring rule the frame's scores follow, for a task that has several
 
 
-def load_records(folder: RunFolder, allow_empty: bool = False) -> LoadedRun:
-    """A run folder's run.json and records; one clear error for a folder that is not a run (or, unless
-    `allow_empty`, has no finished sample yet)."""
+def scoring_rule(task: Task, scoring: str | None) -> str | None:
+    """The rule a task's records are scored by: `scoring`, or the task's first (run-time) rule; None for a task with
+    one way to score. One line for a rule the task does not know."""
+    if not task.scoring_rules:
+        return None
+    rule = scoring or next(iter(task.scoring_rules))
+    if rule not in task.scoring_rules:
+        raise InputError(f"--scoring {rule!r}: task {task.name} scores by {', '.join(task.scoring_rules)}")
+    return rule
+
+
+def load_records(folder: RunFolder, allow_empty: bool = False, scoring: str | None = None) -> LoadedRun:
+    """A run folder's run.json and records, scored by the task's rule `scoring` (default: its run-time rule) from the
+    stored outputs; one clear error for a folder that is not a run (or, unless `allow_empty`, has no finished sample
+    yet)."""
     run = folder.read_run()
     if run is None:
         raise InputError(f"{folder.path} is not a diffeval run folder (no run.json): give the --out of a run")
@@ -71,13 +85,35 @@ def load_records(folder: RunFolder, allow_empty: bool = False) -> LoadedRun:
     records = folder.read_records()
     if not records.rows and not allow_empty:
         raise InputError(f"{folder.path} has no finished samples yet: run the task first, then report")
-    return LoadedRun(run, TASKS[name], pd.DataFrame.from_records(records.rows), records.damaged, records.duplicates)
+    task, frame = TASKS[name], pd.DataFrame.from_records(records.rows)
+    rule = scoring_rule(task, scoring)
+    if rule is not None and not frame.empty:
+        frame = task.rescore(frame, rule)
+    return LoadedRun(run, task, frame, records.damaged, records.duplicates, rule)
 
 
-def report_run(folder: RunFolder, formats: list[str], target: Path, paper: bool = False) -> RunReport:
+def check_scoring(folders: list[RunFolder], scoring: str | None) -> None:
+    """`--scoring RULE` must name a rule of at least one of the folders' tasks, and of every one that has rules."""
+    if scoring is None:
+        return
+    tasks = {TASKS[run["config"]["task"]] for f in folders if (run := f.read_run()) and run["config"]["task"] in TASKS}
+    ruled = [task for task in tasks if task.scoring_rules]
+    if not ruled:
+        raise InputError(f"--scoring {scoring!r}: none of these runs' tasks has scoring rules (needle has)")
+    for task in ruled:
+        scoring_rule(task, scoring)
+
+
+def report_run(
+    folder: RunFolder, formats: list[str], target: Path, paper: bool = False, scoring: str | None = None
+) -> RunReport:
     """Write one run's summary.csv, tables and plots into `target` (the run folder itself by default)."""
-    loaded = load_records(folder)
+    loaded = load_records(folder, scoring=scoring)
     task, frame = loaded.task, loaded.frame
+    note, titles = task.note, dict(task.titles)
+    if loaded.scoring is not None:  # every table names the rule that scored it
+        note += f". Scoring rule {loaded.scoring!r}: {task.scoring_rules[loaded.scoring]}"
+        titles = {key: f"{value} [scoring: {loaded.scoring}]" for key, value in titles.items()}
     target.mkdir(parents=True, exist_ok=True)
     summary = summarize(frame, task.summary_keys, task.summary_value)
     summary.to_csv(target / "summary.csv", index=False)
@@ -86,17 +122,17 @@ def report_run(folder: RunFolder, formats: list[str], target: Path, paper: bool 
     if not paired.empty:
         tables["paired"] = paired
     report = RunReport(
-        folder, task.name, tables, task.note, loaded.damaged, loaded.duplicates, frame, written=[target / "summary.csv"]
+        folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, titles, [], [target / "summary.csv"]
     )
     if "md" in formats:
-        report.written.append(_write(target / "table.md", markdown(tables, task.note, task.titles)))
+        report.written.append(_write(target / "table.md", markdown(tables, note, titles)))
     if "csv" in formats:
         for key, table in tables.items():
             path = target / f"{_slug(key)}.csv"
             table.to_csv(path)
             report.written.append(path)
     if "latex" in formats:
-        report.written.append(_write(target / "table.tex", latex_document(tables, task.note, task.titles)))
+        report.written.append(_write(target / "table.tex", latex_document(tables, note, titles)))
     # a run in which nothing could be scored (every verdict unparsed, every prompt over budget) has counts and
     # tables, but nothing to draw
     scored = task.summary_value in frame and frame[task.summary_value].notna().any()
@@ -106,13 +142,19 @@ def report_run(folder: RunFolder, formats: list[str], target: Path, paper: bool 
 
 
 def build_report(
-    folders: list[RunFolder], formats: list[str], out: Path | None = None, paper: bool = False
+    folders: list[RunFolder],
+    formats: list[str],
+    out: Path | None = None,
+    paper: bool = False,
+    scoring: str | None = None,
 ) -> list[RunReport]:
-    """Reports for several run folders; with `out`, each goes to out/<folder name> and HTML to out/report.html."""
+    """Reports for several run folders; with `out`, each goes to out/<folder name> and HTML to out/report.html.
+    `scoring` rescores the tasks that have scoring rules (needle) from their stored outputs."""
     names = [f.path.resolve().name for f in folders]
     if out is not None and len(set(names)) != len(names):
         raise InputError(f"run folders share a name ({names}): report them into separate --out folders")
-    reports = [report_run(f, formats, out / n if out else f.path, paper) for f, n in zip(folders, names)]
+    check_scoring(folders, scoring)
+    reports = [report_run(f, formats, out / n if out else f.path, paper, scoring) for f, n in zip(folders, names)]
     if "html" in formats:
         page = (out or folders[0].path) / "report.html"
         page.parent.mkdir(parents=True, exist_ok=True)
@@ -145,25 +187,53 @@ def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
     """Every DIFF model against every baseline on the samples both scored, per the task's pairing cells and overall."""
     value = task.summary_value
     keys = list(task.pair_keys or ())
-    rows, cells = [], []
+    rows, cells, pooled = [], [], False
     for diff, base, joined in sample_pairs(run, frame, task):
+        labels = cluster_labels(joined, task.cluster_keys)
+        pooled |= labels is None
         groups = [(("all",) * len(keys), joined)] + list(joined.groupby(keys, sort=False))
         for cell, group in groups:
             cell = cell if isinstance(cell, tuple) else (cell,)
-            stats = paired_difference(group[value], group[f"{value}_base"])
+            clusters = None if labels is None else labels[group.index]
+            stats = paired_difference(group[value], group[f"{value}_base"], clusters=clusters)
             rows.append({"diff": diff, "baseline": base, **dict(zip(keys, cell)), "metric": value, **stats})
             within = {k: v for k, v in zip(keys, cell) if not isinstance(v, str) or v != "all"}
             cells.append({"pair": [diff, base], **within})  # the samples both scored, as `sample_pairs` joins them
     if not rows:
         return pd.DataFrame()
     table = pd.DataFrame(rows).set_index(["diff", "baseline", *keys]).round(4)
-    return with_cells(table, cells, [{}] * table.shape[1])
+    table = with_cells(table, cells, [{}] * table.shape[1])
+    table.attrs["note"] = paired_note(task, table, pooled)
+    return table
+
+
+def paired_note(task: Task, table: pd.DataFrame, pooled: bool) -> str:
+    """What the paired table's rows of a clustered task resampled, or why they could not; "" for other tasks."""
+    if not task.cluster_keys:
+        return ""
+    keys = " and ".join(task.cluster_keys)
+    notes = []
+    if "clusters" in table:
+        notes.append(
+            f"Paired cluster bootstrap over the clusters of records that share {keys} "
+            f"({int(table['clusters'].max())} in the overall row; {BOOTSTRAP_RESAMPLES} resamples): the records of a "
+            "cluster, e.g. an ICL test query in every order and draw, are resampled together for the 95 % CI and the "
+            "two-sided p-value; n counts paired records, clusters the independent units."
+        )
+    if pooled:
+        notes.append(
+            f"Records without {keys} (a run older than its task's clusters): every paired sample is counted as "
+            "independent, which overstates significance where samples repeat the same test item."
+        )
+    return " ".join(notes)
 
 
 def markdown(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str]) -> str:
     parts = [f"_{note}_\n"]
     for key, table in tables.items():
         parts.append(f"### {title(key, titles)}\n\n{table.to_markdown(floatfmt='.3f')}\n")
+        if table.attrs.get("note"):
+            parts.append(f"_{table.attrs['note']}_\n")
     return "\n".join(parts)
 
 
@@ -172,7 +242,7 @@ def latex_tables(tables: dict[str, pd.DataFrame], titles: dict[str, str]) -> str
     return "\n".join(
         table.to_latex(
             float_format="%.3f",
-            caption=_latex_escape(title(key, titles)),
+            caption=_latex_escape(". ".join(filter(None, (title(key, titles), table.attrs.get("note"))))),
             label=f"tab:{_slug(key)}",
             escape=True,
             na_rep="--",
@@ -206,8 +276,10 @@ def html_page(reports: list[RunReport]) -> str:
                 "were skipped.</p>"
             )
         for key, table in report.tables.items():
-            heading = html.escape(title(key, TASKS[report.task].titles))
+            heading = html.escape(title(key, report.titles))
             parts.append(f"<h3>{heading}</h3>{table.to_html(float_format='%.3f', na_rep='')}")
+            if table.attrs.get("note"):
+                parts.append(f"<p><em>{html.escape(table.attrs['note'])}</em></p>")
         for plot in report.plots:
             data = base64.b64encode(plot.read_bytes()).decode()
             parts.append(f"<p><img alt='{html.escape(plot.name)}' src='data:image/png;base64,{data}'></p>")

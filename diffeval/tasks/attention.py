@@ -76,8 +76,7 @@ def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list
     records = []
     for sample in batch:
         start = time.perf_counter()
-        budget = sample.ctx - config.max_new_tokens  # the needle task's budget, so prompts and spans match its runs
-        prompt = needle.build_prompt(sample, options.haystack, backend, budget, config.chat_template)
+        prompt, _ = needle.fitted_prompt(sample, backend, config)  # the needle task's prompt: its spans match its runs
         ids = list(prompt.ids)
         rows = [len(ids) - 1]
         if options.rows == "answer":

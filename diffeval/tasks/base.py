@@ -43,6 +43,10 @@ class Task:
     # (samples, prompt tokenizer, config) → (prompt tokens, generated tokens at most), from the tokenizer alone, for
     # --dry-run; None where the task cannot know (lm-eval builds its own prompts)
     sizing: Callable[..., tuple[int, int]] | None = None
+    # named scoring rules (name → what it counts; the first is the run's) and (records, rule) → the records rescored
+    # from their stored outputs, for `report --scoring`; None: the task has one way to score
+    scoring_rules: dict[str, str] | None = None
+    rescore: Callable[..., Any] | None = None
     # (config, {model: record} of one sample, tokenizer_for(model)) → what `diffeval view` shows beside the records
     # that the records alone do not hold (a needle prompt's text, an ICL order's labels, a hallucination document);
     # rebuilt from the run's config, as the samples are pure and seeded. None: the viewer shows the records alone.
@@ -51,6 +55,9 @@ class Task:
     # freed, so a local judge has the device to itself. With it, `evaluate`'s records are generations: they wait in
     # generations.jsonl, and only judged records reach samples.jsonl.
     judge: Callable[..., Iterable] | None = None
+    # record columns that identify a cluster of dependent samples (an ICL test query under several orders and
+    # draws); the paired statistics and `compare` resample whole clusters. None: every sample is independent.
+    cluster_keys: list[str] | None = None
 
 
 def with_cells(table, rows, columns, common: dict | None = None):

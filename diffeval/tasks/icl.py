@@ -463,4 +463,5 @@ TASK = Task(
     batches=batches,
     sizing=sizing,
     sample_view=sample_view,
+    cluster_keys=["dataset", "test_id"],  # a test query is asked under every order, draw and shot count
 )

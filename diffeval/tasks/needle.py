@@ -5,10 +5,13 @@ Recipe:
    the first of the R queried needles sits at the cell's depth, the others at seeded random depths. A sample is a
    pure function of (seed, ctx, depth, N, R, index): the same for every model.
 2. prompt: instruction, haystack with the needles at sentence boundaries, question, answer prefix. Each model's
-   tokenizer cuts the same haystack stream so that prompt + max_new_tokens fills 99-100 % of ctx (binary search
-   on words, as RULER does); token offsets of every needle and number are recorded.
-3. backend: greedy generation, stopped at a blank line.
-4. score: the fraction of the R expected numbers found in the output as digit strings; `correct` = all found.
+   tokenizer cuts the same haystack stream so that prompt + the sample's token limit fills 99-100 % of ctx (binary
+   search on words, as RULER does); token offsets of every needle and number are recorded. The token limit is
+   --max-new-tokens, or by default the expected answer's length in the model's own tokens plus a margin per queried
+   needle, at least 32: a tokenizer that spends a token per digit is never cut short.
+3. backend: greedy generation, stopped at a blank line; the record says when it stopped at the token limit.
+4. score: the fraction of the R expected numbers found in the output under a named scoring rule (SCORING_RULES:
+   `default` at run time; `diffeval report --scoring ruler` rescores the stored outputs); `correct` = all found.
 """
 
 from __future__ import annotations
@@ -453,18 +456,70 @@ class _CharToToken:
         return first, max(last, first + 1)
 
 
-_DIGITS = re.compile(r"\d+")
+# A number as a model may write it: plain digits, or 3-digit groups with one kind of separator (4,821,937 / 4 821 937
+# / 4.821.937 / 4'821'937); never part of a longer number (no digit, and no decimal point and digit, on either side)
+_NUMBER = re.compile(
+    r"(?<!\d)(?<!\d\.)"
+    r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:\.\d{3})+|\d{1,3}(?:'\d{3})+|\d{1,3}(?: \d{3})+|\d+)"
+    r"(?!\d)(?!\.\d)"
+)
+_CONTROL = re.compile(r"[\x00-\x1f]")
+
+SCORING_RULES = {
+    "default": "the fraction of expected numbers found as whole numbers, plain or with one kind of separator between "
+    "3-digit groups (4,821,937, 4 821 937, 4.821.937, 4'821'937)",
+    "ruler": "RULER's string_match_all: the fraction of expected numbers found as case-insensitive substrings of the "
+    "output",
+}
 
 
-def score(output: str, expected: list[str]) -> tuple[float, bool]:
-    """Fraction of the expected numbers present in the output as whole digit strings; correct = all present."""
-    found = set(_DIGITS.findall(output))
-    hits = sum(number in found for number in expected)
+def numbers_in(output: str) -> set[str]:
+    """Every number in the output, separators removed."""
+    return {re.sub(r"[,.' ]", "", number) for number in _NUMBER.findall(output)}
+
+
+def score(output: str, expected: list[str], rule: str = "default") -> tuple[float, bool]:
+    """Fraction of the expected numbers the rule finds in the output; correct = all found."""
+    if rule == "ruler":  # RULER's postprocess_pred (control characters to newlines, stripped), then string_match_all
+        text = _CONTROL.sub("\n", output).strip().lower()
+        hits = sum(reference.lower() in text for reference in expected)
+    else:
+        found = numbers_in(output)
+        hits = sum(number in found for number in expected)
     return hits / len(expected), hits == len(expected)
 
 
+def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
+    """The records scored by `rule` from their stored outputs, with the rule-independent answer diagnostics:
+    `unqueried_numbers` (the output names a number of a needle that was not asked for) and `precision` (expected
+    numbers found ÷ distinct numbers in the output; empty where the output has none)."""
+    scored = [score(output, expected, rule) for output, expected in zip(records["output"], records["expected"])]
+    found = [numbers_in(output) for output in records["output"]]
+    unqueried = [
+        bool(found_here & (set(numbers) - set(expected)))
+        for found_here, numbers, expected in zip(found, records["numbers"], records["expected"])
+    ]
+    precision = [
+        len(found_here & set(expected)) / len(found_here) if found_here else float("nan")
+        for found_here, expected in zip(found, records["expected"])
+    ]
+    return records.assign(
+        score=[value for value, _ in scored],
+        correct=[correct for _, correct in scored],
+        unqueried_numbers=unqueried,
+        precision=precision,
+    )
+
+
 def record(
-    sample: NeedleSample, prompt: NeedlePrompt, model: str, output: str, new_tokens: int, seconds: float, batch: int = 1
+    sample: NeedleSample,
+    prompt: NeedlePrompt,
+    model: str,
+    output: str,
+    new_tokens: int,
+    seconds: float,
+    batch: int = 1,
+    token_limit: int = 32,
 ):
     value, correct = score(output, sample.expected)
     fields = asdict(sample)
@@ -478,7 +533,9 @@ def record(
         output=output,
         score=value,
         correct=correct,
-        generation_batch=batch,  # prompts generated together (hf runs long prompts of unequal length one at a time)
+        generation_batch=batch,  # prompts that shared the forward pass (hf runs long prompts one at a time)
+        max_new_tokens=token_limit,
+        hit_token_limit=new_tokens >= token_limit,  # the answer may have been cut short
     )
     return Record("needle", model, sample.sample_id, len(prompt.ids), new_tokens, seconds, fields)
 
@@ -502,6 +559,7 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
         }
         table2 = pd.concat([table2, pd.DataFrame.from_dict(rows, orient="index")])
     out["table2"] = with_cells(table2.round(3), row_cells, column_cells)
+    out["answers"] = _answers(frame)
     for model, group in frame.groupby("model", sort=False):
         grid = group.pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
         grid = grid.reindex(columns=[c for c in lengths if c in grid.columns])
@@ -512,6 +570,22 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
             grid.round(3), [{"depth": d} for d in depths], [_cell(c) for c in grid.columns], {"model": model}
         )
     return out
+
+
+def _answers(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per model: samples, accuracy, the share of outputs naming an unqueried needle's number, precision (expected
+    numbers found ÷ numbers in the output, over outputs with a number), and samples stopped at the token limit
+    (records from before that field was kept count as not stopped)."""
+    frame = frame.assign(hit=frame["hit_token_limit"].fillna(False) if "hit_token_limit" in frame else False)
+    table = frame.groupby("model", sort=False).agg(
+        samples=("sample_id", "count"),
+        accuracy=("score", "mean"),
+        unqueried_numbers=("unqueried_numbers", "mean"),
+        precision=("precision", "mean"),
+        at_token_limit=("hit", "sum"),
+    )
+    table["at_token_limit"] = table["at_token_limit"].astype(int)
+    return with_cells(table.round(3), [{"model": m} for m in table.index], [{}] * table.shape[1])
 
 
 def _cell(length: str, nr: str | None = None) -> dict:
@@ -563,19 +637,42 @@ def check_inputs(config) -> None:
     haystack_sentences(config.options.haystack, config.seed, 10)
 
 
-def prepare_batch(batch: list[NeedleSample], backend: Backend, config) -> list[tuple[NeedleSample, NeedlePrompt]]:
-    return [
-        (s, build_prompt(s, config.options.haystack, backend, s.ctx - config.max_new_tokens, config.chat_template))
-        for s in batch
-    ]
+MIN_NEW_TOKENS = 32
+ANSWER_MARGIN_PER_QUERY = 16  # tokens per queried needle beyond its number: a city name, punctuation, a restated phrase
 
 
-def evaluate(batch: list[tuple[NeedleSample, NeedlePrompt]], backend: Backend, config) -> list[Record]:
-    """Greedy answers for one batch of samples on one model, as scored records."""
-    outputs = backend.generate([p.ids for _, p in batch], config.max_new_tokens, STOP)
+def token_limit(sample: NeedleSample, tokenizer, config) -> int:
+    """Tokens to generate for this sample on this model, also reserved in its prompt budget: --max-new-tokens when
+    given; else the expected answer's length in the model's own tokens plus a margin per queried needle, at least
+    MIN_NEW_TOKENS."""
+    if config.max_new_tokens is not None:
+        return config.max_new_tokens
+    answer = tokenizer.encode(" " + ", ".join(sample.expected), special_tokens=False).ids
+    return max(MIN_NEW_TOKENS, len(answer) + ANSWER_MARGIN_PER_QUERY * len(sample.expected))
+
+
+def fitted_prompt(sample: NeedleSample, tokenizer, config) -> tuple[NeedlePrompt, int]:
+    """The sample's prompt fitted to ctx minus its token limit, and the limit (needle, attention and the viewer
+    build prompts this one way)."""
+    limit = token_limit(sample, tokenizer, config)
+    prompt = build_prompt(sample, config.options.haystack, tokenizer, sample.ctx - limit, config.chat_template)
+    return prompt, limit
+
+
+def prepare_batch(batch: list[NeedleSample], backend: Backend, config) -> list[tuple[NeedleSample, NeedlePrompt, int]]:
+    return [(s, *fitted_prompt(s, backend, config)) for s in batch]
+
+
+def evaluate(batch: list[tuple[NeedleSample, NeedlePrompt, int]], backend: Backend, config) -> list[Record]:
+    """Greedy answers for one batch of samples on one model, as scored records; one generate call per token limit."""
+    outputs = {}
+    for limit in dict.fromkeys(limit for _, _, limit in batch):
+        same = [i for i, (_, _, each) in enumerate(batch) if each == limit]
+        outputs.update(zip(same, backend.generate([batch[i][1].ids for i in same], limit, STOP)))
     return [
-        record(s, p, backend.info.name, out.text, out.new_tokens, out.seconds, out.batch)
-        for (s, p), out in zip(batch, outputs)
+        record(s, p, backend.info.name, outputs[i].text, outputs[i].new_tokens, outputs[i].seconds, outputs[i].batch,
+               limit)  # fmt: skip
+        for i, (s, p, limit) in enumerate(batch)
     ]
 
 
@@ -601,9 +698,7 @@ def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool
     prompts = {}
     for model, record in records.items():
         try:
-            tokenizer = tokenizer_for(model)
-            budget = sample.ctx - config.max_new_tokens
-            prompt = build_prompt(sample, config.options.haystack, tokenizer, budget, config.chat_template)
+            prompt, _ = fitted_prompt(sample, tokenizer_for(model), config)
         except Exception as exc:  # a tokenizer or haystack unreachable where one views: the records still show
             prompts[model] = {"error": f"prompt text unavailable: {exc}"}
             continue
@@ -659,9 +754,9 @@ def _segments(prompt: NeedlePrompt, spans: dict, sample: NeedleSample, whole: bo
 
 
 def sizing(samples: list[NeedleSample], tokenizer, config) -> tuple[int, int]:
-    """Prompt tokens of every sample as this model's tokenizer fits them; generation at most --max-new-tokens each."""
+    """Prompt tokens of every sample as this model's tokenizer fits them; generation at most each one's token limit."""
     prompts = prepare_batch(samples, tokenizer, config)
-    return sum(len(p.ids) for _, p in prompts), config.max_new_tokens * len(samples)
+    return sum(len(p.ids) for _, p, _ in prompts), sum(limit for _, _, limit in prompts)
 
 
 TASK = Task(
@@ -671,10 +766,16 @@ TASK = Task(
     make_samples=make_samples,
     evaluate=evaluate,
     tables=tables,
-    titles={"table2": "Table 2 layout: accuracy by model and N/R", "depth_grid": "Depth x length grid"},
+    titles={
+        "table2": "Table 2 layout: accuracy by model and N/R",
+        "answers": "Answers: accuracy, outputs naming unqueried needles' numbers, precision, samples stopped at the "
+        "token limit",
+        "depth_grid": "Depth x length grid",
+    },
     note=(
         "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
-        "as in LWM and the DIFF paper; averaged over depths in Table 2"
+        "as in LWM and the DIFF paper; averaged over depths in Table 2; precision counts distinct numbers in an "
+        "output, over outputs that contain one"
     ),
     summary_keys=["model", "ctx", "depth", "needles", "queries"],
     pair_keys=["ctx", "needles", "queries"],
@@ -686,4 +787,6 @@ TASK = Task(
     prepare_batch=prepare_batch,
     sizing=sizing,
     sample_view=sample_view,
+    scoring_rules=SCORING_RULES,
+    rescore=rescore,
 )
