@@ -92,6 +92,16 @@ def test_report_formats(finished_run):
     assert "| diff" in result.stdout
 
 
+def test_report_rescores_stored_outputs_by_rule(finished_run, tmp_path):
+    result = run_cli("report", str(finished_run), "--scoring", "ruler", "--out", str(tmp_path / "ruler"))
+    assert result.returncode == 0, result.stderr
+    table = (tmp_path / "ruler" / finished_run.name / "table.md").read_text()
+    assert "Scoring rule 'ruler': RULER's string_match_all" in table and "[scoring: ruler]" in table
+    assert "Answers: accuracy, outputs naming unqueried needles' numbers" in table
+    bad = run_cli("report", str(finished_run), "--scoring", "exact", "--out", str(tmp_path / "bad"))
+    assert bad.returncode == 2 and "task needle scores by default, ruler" in bad.stderr
+
+
 def test_report_uses_complete_lines_of_a_damaged_file(finished_run, tmp_path):
     copy = tmp_path / "damaged"
     copy.mkdir()

@@ -108,18 +108,68 @@ def test_paul_graham_essays_haystack(backends):
     assert abs(prompt.depth_actual - 25) <= 3.0
 
 
-@pytest.mark.parametrize(
-    ("output", "expected", "score", "correct"),
-    [
-        ("1234567.", ["1234567"], 1.0, True),
-        ("The numbers are 1234567 and 7654321", ["7654321", "1234567"], 1.0, True),
-        ("1234567", ["1234567", "7654321"], 0.5, False),
-        ("12345678", ["1234567"], 0.0, False),  # digits must form the whole number, not a longer one
-        ("", ["1234567"], 0.0, False),
-    ],
-)
-def test_score(output, expected, score, correct):
-    assert needle.score(output, expected) == (score, correct)
+# output, expected numbers, score under the default rule, score under RULER's string_match_all
+SCORING_TABLE = [
+    ("1234567.", ["1234567"], 1.0, 1.0),
+    ("The numbers are 1234567 and 7654321", ["7654321", "1234567"], 1.0, 1.0),
+    ("1234567", ["1234567", "7654321"], 0.5, 0.5),
+    ("1,234,567", ["1234567"], 1.0, 0.0),  # digit groups: the same number to a reader, not a substring
+    ("1 234 567", ["1234567"], 1.0, 0.0),
+    ("1.234.567.", ["1234567"], 1.0, 0.0),
+    ("1'234'567", ["1234567"], 1.0, 0.0),
+    ("1,234 567", ["1234567"], 0.0, 0.0),  # two kinds of separator: not one number
+    ("12345678", ["1234567"], 0.0, 1.0),  # inside a longer number: a substring, but not the number
+    ("0.1234567", ["1234567"], 0.0, 1.0),
+    ("1234567.5", ["1234567"], 0.0, 1.0),
+    ("1,234,5678", ["1234567"], 0.0, 0.0),
+    ("Lisbon: 1234567, Paris: 7654321", ["1234567"], 1.0, 1.0),
+    ("", ["1234567"], 0.0, 0.0),
+]
+
+
+@pytest.mark.parametrize(("output", "expected", "default", "ruler"), SCORING_TABLE)
+def test_each_scoring_rule_on_a_table_of_outputs(output, expected, default, ruler):
+    assert needle.score(output, expected) == (default, default == 1.0)
+    assert needle.score(output, expected, "ruler") == (ruler, ruler == 1.0)
+
+
+def test_rescoring_adds_unqueried_numbers_and_precision():
+    import pandas as pd
+
+    frame = pd.DataFrame({
+        "output": ["1234567", "1234567, 7654321", "1,234,567 and 42", "nothing"],
+        "expected": [["1234567"]] * 4,
+        "numbers": [["1234567", "7654321"]] * 4,
+    })  # fmt: skip
+    scored = needle.rescore(frame, "default")
+    assert list(scored["score"]) == [1.0, 1.0, 1.0, 0.0]
+    assert list(scored["unqueried_numbers"]) == [False, True, False, False]  # 42 belongs to no needle
+    assert list(scored["precision"][:3]) == [1.0, 0.5, 0.5] and pd.isna(scored["precision"][3])
+
+
+def test_token_limit_follows_the_answer_in_the_models_tokens(real_models):
+    """Mistral's tokenizer spends a token per digit: two 7-digit answers need more than 32 new tokens; the prompt
+    budget shrinks by as much, so prompt + limit still fill 99-100 % of the context."""
+    from types import SimpleNamespace
+
+    from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer
+
+    tokenizer = PromptTokenizer(HFTokenizer(load_tokenizer_for(real_models["base-mistral"])), "mistral")
+    config = SimpleNamespace(max_new_tokens=None, options=NeedleOptions(), chat_template=False)
+    one, four = needle.make_sample(0, 2048, 50, 4, 1, 0), needle.make_sample(0, 2048, 50, 4, 4, 0)
+    answer = len(tokenizer.encode(" " + ", ".join(four.expected), special_tokens=False).ids)
+    assert needle.token_limit(one, tokenizer, config) == 32
+    assert needle.token_limit(four, tokenizer, config) == answer + 4 * needle.ANSWER_MARGIN_PER_QUERY > 32 + answer
+    prompt, limit = needle.fitted_prompt(four, tokenizer, config)
+    assert 0.99 * 2048 <= len(prompt.ids) + limit <= 2048
+    config.max_new_tokens = 20  # --max-new-tokens wins
+    assert needle.token_limit(four, tokenizer, config) == 20
+
+
+def load_tokenizer_for(path):
+    from diffeval.models.loading import load_tokenizer
+
+    return load_tokenizer(ModelSpec("m", str(path)))
 
 
 def test_generation_stops_at_blank_line():

@@ -96,8 +96,8 @@ def check_scoring(folders: list[RunFolder], scoring: str | None) -> None:
     """`--scoring RULE` must name a rule of at least one of the folders' tasks, and of every one that has rules."""
     if scoring is None:
         return
-    tasks = {TASKS[run["config"]["task"]] for f in folders if (run := f.read_run()) and run["config"]["task"] in TASKS}
-    ruled = [task for task in tasks if task.scoring_rules]
+    names = {run["config"]["task"] for f in folders if (run := f.read_run())}
+    ruled = [TASKS[name] for name in names if name in TASKS and TASKS[name].scoring_rules]
     if not ruled:
         raise InputError(f"--scoring {scoring!r}: none of these runs' tasks has scoring rules (needle has)")
     for task in ruled:
