@@ -47,11 +47,12 @@ def option(
 
 
 def value_type(f: Field) -> type:
-    """The Python type of an option's value as the command line gives it (str for parsed lists)."""
-    if f.metadata.get("parse"):
-        return str
+    """The Python type of an option's value as the command line gives it: its declared type, else str for parsed
+    lists (a declared list[str] is a repeatable flag)."""
     if f.metadata.get("type"):
         return f.metadata["type"]
+    if f.metadata.get("parse"):
+        return str
     default = field_default(f)
     return str if default is None else type(default)
 

@@ -70,26 +70,35 @@ class JudgeItem:
         )
 
 
-_VERDICT = re.compile(r"verdict\W{0,3}\s*(yes|no)\b", re.IGNORECASE)
-_LEADING = re.compile(r"^\W*(yes|no)\b", re.IGNORECASE)
+# a line that is exactly the verdict, punctuation and markup aside: "Verdict: yes", "**Verdict:** No."
+_VERDICT_LINE = re.compile(r"^[\W_]*verdict[\W_]*(yes|no)[\W_]*$", re.IGNORECASE)
+_FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _RATIONALE = re.compile(r"rationale\W{0,3}\s*(.+)", re.IGNORECASE | re.DOTALL)
 
 
 def parse_verdict(reply: str) -> Verdict:
-    """'Verdict: yes' anywhere, a reply that starts with yes/no, or JSON {"verdict": ...}; else unparsed (None)."""
+    """The verdict from a line that is exactly `verdict: yes|no` (any case, punctuation around it), or from a JSON
+    reply {"verdict": ...}; else unparsed (None). A reply that only mentions the format (it echoes the instruction
+    `"Verdict: yes" or "Verdict: no"`), or gives both answers on verdict lines, is unparsed."""
     text = reply.strip()
-    found = _VERDICT.search(text) or _LEADING.search(text)
-    if found:
-        answer = found.group(1).lower() == "yes"
-    else:
-        try:
-            data = json.loads(text)
-            value = data.get("verdict", data.get("hallucination_free"))
-            answer = value if isinstance(value, bool) else {"yes": True, "no": False}.get(str(value).lower())
-        except (json.JSONDecodeError, AttributeError):
-            answer = None
+    answers = {found.group(1).lower() for line in text.splitlines() if (found := _VERDICT_LINE.match(line.strip()))}
+    answer = {"yes": True, "no": False}[answers.pop()] if len(answers) == 1 else None
+    if not answers and answer is None:
+        answer = _json_verdict(text)
     rationale = _RATIONALE.search(text)
     return Verdict(answer, (rationale.group(1) if rationale else text).strip()[:500])
+
+
+def _json_verdict(text: str) -> bool | None:
+    fenced = _FENCE.match(text)
+    try:
+        data = json.loads(fenced.group(1) if fenced else text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    value = data.get("verdict", data.get("hallucination_free"))
+    return value if isinstance(value, bool) else {"yes": True, "no": False}.get(str(value).lower())
 
 
 class VerdictCache:
@@ -147,11 +156,13 @@ class Judge:
         return verdicts
 
     def _judge_many(self, items: list[JudgeItem], prompts: list[str]) -> list[Verdict]:
-        """Verdicts of uncached items, each cached as it comes (a judge failing later keeps the earlier ones)."""
+        """Verdicts of uncached items, each cached as it comes (a judge failing later keeps the earlier ones); an
+        unparsed verdict is never cached, so a rerun asks again."""
 
         def one(item: JudgeItem, prompt: str) -> Verdict:
             verdict = self._judge_one(item, prompt)
-            self.cache.put(self.id, prompt, verdict)
+            if verdict.hallucination_free is not None:
+                self.cache.put(self.id, prompt, verdict)
             return verdict
 
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:

@@ -139,11 +139,17 @@ def test_cache_answers_repeats_without_requests(server, tmp_path):
     ("reply", "expected"),
     [
         ("Verdict: yes", True),
-        ("verdict - NO. Rationale: x", False),
+        ("verdict: NO.\nRationale: x", False),
         ("**Verdict:** Yes", True),
-        ("No, it adds a name.", False),
+        ("  Verdict - no!  ", False),
         ('{"verdict": "yes"}', True),
         ('{"hallucination_free": false}', False),
+        ('```json\n{"verdict": "no"}\n```', False),
+        ('"Verdict: yes" or "Verdict: no"', None),  # echoes the instruction: not a verdict
+        ("Verdict: yes\nVerdict: no", None),  # both answers
+        ("verdict - NO. Rationale: x", None),  # not a line of its own
+        ("The verdict is yes.", None),
+        ("No, it adds a name.", None),
         ("maybe", None),
         ("", None),
     ],
@@ -253,8 +259,9 @@ def test_cli_with_api_judge_never_writes_the_key(server, tiny_models, local_data
     assert SECRET not in result.stdout + result.stderr
     requests = len(server.requests)
     assert run_cli("report", str(out)).returncode == 0
-    rerun = run_cli(*args[:-2], "--out", str(tmp_path / "again"))  # same prompts: every verdict from the cache
-    assert rerun.returncode == 0 and len(server.requests) == requests
+    server.script = [("reply", "garbage again")]
+    rerun = run_cli(*args[:-2], "--out", str(tmp_path / "again"))  # same prompts: parsed verdicts from the cache
+    assert rerun.returncode == 0 and len(server.requests) == requests + 1  # the unparsed one is asked again
 
 
 def test_judge_failure_keeps_finished_samples(server, tiny_models, local_data, tmp_path):
@@ -378,10 +385,70 @@ def test_a_run_whose_every_verdict_is_unparsed_writes_counts_and_tables(server, 
         "--judge-cache", str(tmp_path / "c"), "--out", str(out),
     )  # fmt: skip
     assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
-    assert "Judging: samples, unparsed verdicts" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert "Judging: samples, outcomes" in table and "unparsed verdict is excluded from its model's accuracy" in table
     judging = (out / "judging.csv").read_text().splitlines()
-    assert judging[0] == "model,dataset,samples,unparsed_verdicts,truncated,judge" and judging[1].startswith(
-        "diff,xsum,2,2,"
-    )
+    assert judging[0] == "model,dataset,samples,faithful,hallucinated,degenerate,unparsed_verdicts,truncated,judge"
+    assert judging[1].startswith("diff,xsum,2,0,0,0,2,")
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [r["verdict"] for r in records] == [None, None]
+
+
+@pytest.mark.parametrize(
+    ("output", "reason"),
+    [
+        ("", "empty output"),
+        ("  \n ", "whitespace-only output"),
+        ("the the the the", "degenerate output: 'the' repeated 4 times"),
+        ("I think. I think. I think. I think. I think.", "degenerate output: 'I think.' repeated 5 times"),
+        ("Council approves homes. homes homes homes homes", "degenerate output: 'homes' repeated 4 times"),
+        ("Yes yes yes.", None),  # three in a row is not yet a loop
+        ("The council approved 12 new homes in Cardiff on Monday, after a long debate.", None),
+        ("A long summary of the council's decision on housing in Cardiff, very very very very close.", None),
+    ],
+)
+def test_degenerate_outputs_are_their_own_outcome(output, reason):
+    assert hallucination.degenerate(output) == reason
+
+
+def test_cohen_kappa():
+    import numpy as np
+
+    a, b = np.array([True, True, False, False]), np.array([True, False, False, False])
+    assert hallucination.cohen_kappa(a, b) == pytest.approx(0.5)  # observed 0.75, chance 0.5
+    assert hallucination.cohen_kappa(a, a) == 1.0 and np.isnan(hallucination.cohen_kappa(a[:0], a[:0]))
+
+
+def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(server, local_data, tmp_path):
+    """A degenerate output scores 0 without reaching any judge; a second judge's verdicts sit in the same records and
+    the report gives its agreement with the primary (Cohen's kappa, bootstrap CI)."""
+    import pandas as pd
+
+    from diffeval.records import Record
+    from diffeval.tasks import build_config
+
+    config = build_config("hallucination", {}, {
+        "models": ["a/b"], "datasets": "xsum", "samples": 3, "data_dir": str(local_data),
+        "judge": ["overlap", f"openai-compatible:{server.url}#second"], "judge_cache": str(tmp_path / "cache"),
+        "judge_concurrency": 1,
+    })  # fmt: skip
+    documents = data.load("xsum", str(local_data), 3)
+    faithful = documents[0].context.split(".")[0] + "."  # a sentence of the document: the overlap proxy passes it
+    outputs = [faithful, "council council council council", documents[2].reference + " In Paris."]
+    rows = [
+        Record("hallucination", "m", f"s{i}", 100, 10, 0.1,
+               {"dataset": "xsum", "id": d.id, "truncated_tokens": 0, "output": o}).to_dict()  # fmt: skip
+        for i, (d, o) in enumerate(zip(documents, outputs))
+    ]
+    server.script = [("reply", "Verdict: yes"), ("reply", "Verdict: no")]
+    records = [r.to_dict() for r in hallucination.judge(rows, config)]
+    assert len(server.requests) == 2  # the degenerate output reached no judge
+    assert [r["outcome"] for r in records] == ["faithful", "degenerate", records[2]["outcome"]]
+    assert records[1]["score"] == 0.0 and records[1]["verdict"] is None
+    second = f"openai-compatible:{server.url}#second"
+    assert [r["other_verdicts"] for r in records] == [{second: True}, {second: None}, {second: False}]
+    tables = hallucination.tables(pd.DataFrame(records))
+    judges = tables["judges"]
+    assert list(judges.index) == ["overlap@0.25", second] and judges.loc[second, "both judged"] == 2
+    assert {"kappa", "kappa_low", "kappa_high", "accuracy m"} <= set(judges.columns)
+    assert tables["table4_proxy"].loc["m", "degenerate"] == 1

@@ -5,10 +5,13 @@ Recipe:
 2. prompt: the dataset's template around the document (LongBench's templates for its sets); a document too long for
    the model's budget (ctx − the dataset's output length) loses its middle tokens, as LongBench truncates.
 3. backend: greedy generation with the dataset's output length and stop strings, a whole chunk per engine call.
-4. judge, once every model has generated and been freed (a local judge loads only then): a binary verdict
-   (hallucination-free or not) given the document, the reference and the output; `overlap` gives a proxy, labelled
-   as such.
-5. score: 1 when judged hallucination-free; accuracy = the fraction of judged samples that are.
+4. outcome: an empty or degenerate output (one n-gram repeated through it) is its own outcome, never judged and
+   never faithful. Every other output is judged once every model has generated and been freed (a local judge loads
+   only then): a binary verdict (hallucination-free or not) given the document, the reference and the output;
+   `overlap` gives a proxy, labelled as such. Further judges (`--judge` repeated) judge the same outputs; their
+   verdicts are kept beside the first's, for agreement (Cohen's κ).
+5. score: 1 when judged hallucination-free, 0 when judged not or degenerate, none when the verdict is unparsed;
+   accuracy = the mean score over the scored samples.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from diffeval.config import option, parse_ctx, parse_str_list
@@ -40,8 +44,12 @@ class HallucinationOptions:
         ["xsum"], help="xsum, cnndm, multi_news, qasper, hotpotqa, 2wikimqa", flag="--dataset", parse=parse_str_list
     )
     samples: int = option(100, help="documents per dataset (the first N) [default: 100]", identity=False)
-    judge: str | None = option(  # required: there is no silent default
-        None, help="required: openai:MODEL | openai-compatible:BASE_URL#MODEL | hf:PATH | overlap (offline proxy)"
+    judge: list[str] = option(  # required: there is no silent default
+        [],
+        type=list[str],
+        parse=lambda value: [value] if isinstance(value, str) else [str(v) for v in value],
+        help="required: openai:MODEL | openai-compatible:BASE_URL#MODEL | hf:PATH | overlap (offline proxy); "
+        "repeat for more judges: the first is primary, the others are compared with it",
     )
     judge_backend: str = option("hf", help="engine of an hf:PATH judge: hf | vllm [default: hf]")
     data_dir: str | None = option(None, help="read local JSONL files (../shared/datasets/hallucination layout)")
@@ -51,6 +59,8 @@ class HallucinationOptions:
     judge_concurrency: int = option(4, help="judge requests in flight [default: 4]", identity=False)
 
     def validate(self) -> None:
+        if len(set(self.judge)) != len(self.judge):
+            raise InputError(f"--judge {self.judge}: each judge once")
         if not self.judge:
             raise InputError("--judge is required: openai:MODEL, openai-compatible:BASE_URL#MODEL, hf:PATH or overlap")
         if len(self.ctx) != 1:
@@ -81,15 +91,16 @@ def make_samples(options, seed: int, limit: int | None = None, prepared=None) ->
 def check_inputs(config) -> None:
     """A bad --judge, a missing API key, a faulty judge checkpoint or unreadable data fails before any generation;
     no judge model is loaded here."""
-    _make_judge(config).close()
+    for spec in config.options.judge:
+        _make_judge(config, spec).close()
     for name in config.options.datasets:
         data.load(name, config.options.data_dir, 1)
 
 
-def _make_judge(config):
+def _make_judge(config, spec: str):
     options = config.options
     return make_judge(
-        options.judge,
+        spec,
         options.judge_cache,
         timeout=options.judge_timeout,
         retries=options.judge_retries,
@@ -144,36 +155,83 @@ def evaluate(batch: list[HallucinationSample], backend: Backend, config) -> list
     return records
 
 
+DEGENERATE_MIN_REPEATS = 4  # an n-gram this many times in a row is a loop, not a summary
+
+
+def degenerate(output: str) -> str | None:
+    """Why an output cannot be judged, or None: empty, whitespace only, or at least half of its words inside one
+    n-gram (1 to 4 words) repeated DEGENERATE_MIN_REPEATS or more times in a row."""
+    words = output.split()
+    if not words:
+        return "empty output" if not output else "whitespace-only output"
+    for n in range(1, 5):
+        for i in range(len(words) - n + 1):
+            gram, repeats = words[i : i + n], 1
+            while words[i + repeats * n : i + (repeats + 1) * n] == gram:
+                repeats += 1
+            if repeats >= DEGENERATE_MIN_REPEATS and 2 * repeats * n >= len(words):
+                return f"degenerate output: {' '.join(gram)!r} repeated {repeats} times"
+    return None
+
+
 def judge(generations: list[dict], config):
-    """Judged records of the generations, as many per judge call as the judge takes at once; the judge is freed
-    when done."""
+    """Judged records of the generations. Degenerate outputs are recorded without a judge. Further judges judge
+    every output first, one loaded at a time, their verdicts cached; then the primary judges as many per call as it
+    takes at once, and each record carries every judge's verdict."""
     documents = {
         (name, doc.id): doc
         for name in config.options.datasets
         for doc in data.load(name, config.options.data_dir, config.options.samples)
     }
-    judge = _make_judge(config)
+    reasons = [degenerate(row["output"]) for row in generations]
+    judged = [row for row, reason in zip(generations, reasons) if reason is None]
+
+    def items(rows: list[dict]) -> list[JudgeItem]:
+        out = []
+        for row in rows:
+            doc, kind = documents[row["dataset"], row["id"]], data.SPECS[row["dataset"]].kind
+            out.append(JudgeItem("summary" if kind == "summarization" else "answer", doc.context, doc.question,
+                                 doc.reference, row["output"]))  # fmt: skip
+        return out
+
+    others: dict[str, dict[str, bool | None]] = {}  # judge id → sample key → verdict
+    for spec in config.options.judge[1:]:
+        other = _make_judge(config, spec)
+        try:
+            verdicts = other.judge(items(judged))
+        finally:
+            other.close()
+        others[other.id] = {_key(row): v.hallucination_free for row, v in zip(judged, verdicts)}
+    primary = _make_judge(config, config.options.judge[0])
     try:
-        for i in range(0, len(generations), judge.batch):
-            chunk = generations[i : i + judge.batch]
-            items = []
-            for row in chunk:
-                doc, kind = documents[row["dataset"], row["id"]], data.SPECS[row["dataset"]].kind
-                kind = "summary" if kind == "summarization" else "answer"
-                items.append(JudgeItem(kind, doc.context, doc.question, doc.reference, row["output"]))
-            for row, verdict in zip(chunk, judge.judge(items)):
-                free = verdict.hallucination_free
+        for i in range(0, len(generations), primary.batch):
+            chunk, chunk_reasons = generations[i : i + primary.batch], reasons[i : i + primary.batch]
+            live = [row for row, reason in zip(chunk, chunk_reasons) if reason is None]
+            verdicts = dict(zip(map(_key, live), primary.judge(items(live)))) if live else {}
+            for row, reason in zip(chunk, chunk_reasons):
                 record = Record.from_dict(row)
+                if reason is not None:
+                    outcome, free, rationale = "degenerate", None, reason
+                else:
+                    verdict = verdicts[_key(row)]
+                    free, rationale = verdict.hallucination_free, verdict.rationale
+                    outcome = {True: "faithful", False: "hallucinated", None: "unparsed"}[free]
                 record.fields.update(
+                    outcome=outcome,
                     verdict=free,
-                    score=None if free is None else float(free),
-                    judge=judge.id,
-                    judge_kind=judge.kind,
-                    judge_rationale=verdict.rationale,
+                    score=0.0 if outcome == "degenerate" else None if free is None else float(free),
+                    judge=primary.id,
+                    judge_kind=primary.kind,
+                    judge_rationale=rationale,
+                    other_verdicts={judge_id: found.get(_key(row)) for judge_id, found in others.items()},
                 )
                 yield record
     finally:
-        judge.close()
+        primary.close()
+
+
+def _key(row: dict) -> tuple[str, str]:
+    return row["model"], row["sample_id"]
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
@@ -194,29 +252,89 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
 
 
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+    records = _with_outcomes(records)
     judged = records.dropna(subset=["score"])
     table = judged.pivot_table(index="model", columns="dataset", values="score", aggfunc="mean", sort=False)
     order = [d for d in data.DATASETS if d in table.columns]
     table = table[order]
+    outcomes = records.groupby("model", sort=False)["outcome"]
+    table["degenerate"] = outcomes.apply(lambda o: int((o == "degenerate").sum()))
+    table["unparsed"] = outcomes.apply(lambda o: int((o == "unparsed").sum()))
     row_cells = [{"model": m} for m in table.index]
     proxy = (records["judge_kind"] == "proxy").any()
     if paper and not proxy:  # a proxy is not the paper's measurement: no paper rows beside it
         paper_rows = pd.DataFrame.from_dict(TABLE4, orient="index")[order]
         table = pd.concat([table, paper_rows])
-    table = with_cells(table.round(3), row_cells, [{"dataset": d, "verdict": [True, False]} for d in order])
+    columns = [{"dataset": d, "verdict": [True, False]} for d in order]
+    columns += [{"outcome": "degenerate"}, {"outcome": "unparsed"}]
+    table = with_cells(table.round(3), row_cells, columns)
     out = {"table4_proxy" if proxy else "table4": table}
-    counts = (
-        records.assign(unparsed=records["score"].isna())
-        .groupby(["model", "dataset"], sort=False)
-        .agg(
-            samples=("sample_id", "count"),
-            unparsed_verdicts=("unparsed", "sum"),
-            truncated=("truncated_tokens", lambda t: int((t > 0).sum())),
-        )
+    counts = records.groupby(["model", "dataset"], sort=False).agg(
+        samples=("sample_id", "count"),
+        faithful=("outcome", lambda o: int((o == "faithful").sum())),
+        hallucinated=("outcome", lambda o: int((o == "hallucinated").sum())),
+        degenerate=("outcome", lambda o: int((o == "degenerate").sum())),
+        unparsed_verdicts=("outcome", lambda o: int((o == "unparsed").sum())),
+        truncated=("truncated_tokens", lambda t: int((t > 0).sum())),
     )
     counts["judge"] = records.groupby(["model", "dataset"], sort=False)["judge"].first()
     out["judging"] = with_cells(counts, [{"model": m, "dataset": d} for m, d in counts.index], [{}] * counts.shape[1])
+    agreement = judge_agreement(records)
+    if agreement is not None:
+        out["judges"] = agreement
     return out
+
+
+def _with_outcomes(records: pd.DataFrame) -> pd.DataFrame:
+    """Each record's outcome; records from before outcomes were kept get theirs from the verdict."""
+    derived = records["verdict"].map({True: "faithful", False: "hallucinated"}).fillna("unparsed")
+    if "outcome" not in records:
+        return records.assign(outcome=derived)
+    return records.assign(outcome=records["outcome"].fillna(derived))
+
+
+KAPPA_RESAMPLES = 2000
+
+
+def judge_agreement(records: pd.DataFrame) -> pd.DataFrame | None:
+    """With several judges: each judge's accuracy per model (over its parsed verdicts of judged outputs) and its
+    agreement with the primary judge, Cohen's κ on the outputs both judged, with a 95 % bootstrap CI over those
+    outputs (KAPPA_RESAMPLES resamples, seed 0). None with one judge."""
+    if "other_verdicts" not in records or not records["other_verdicts"].map(bool, na_action="ignore").any():
+        return None
+    live = records[records["outcome"] != "degenerate"]
+    primary = live["judge"].iloc[0]
+    verdicts = {primary: live["verdict"]}
+    for judge_id in dict.fromkeys(k for found in live["other_verdicts"].dropna() for k in found):
+        verdicts[judge_id] = live["other_verdicts"].map(lambda found, j=judge_id: (found or {}).get(j))
+    rows = []
+    for judge_id, values in verdicts.items():
+        row: dict = {"judge": judge_id}
+        for model in live["model"].unique():
+            mine = values[live["model"] == model].dropna()
+            row[f"accuracy {model}"] = mine.astype(float).mean() if len(mine) else np.nan
+        both = pd.DataFrame({"a": verdicts[primary], "b": values}).dropna()
+        row["both judged"] = len(both)
+        if judge_id == primary:
+            row.update({"kappa": np.nan, "kappa_low": np.nan, "kappa_high": np.nan})
+        else:
+            a, b = both["a"].astype(bool).to_numpy(), both["b"].astype(bool).to_numpy()
+            rng = np.random.default_rng(0)
+            draws = [cohen_kappa(a[i], b[i]) for i in rng.integers(0, len(a), (KAPPA_RESAMPLES, len(a)))]
+            low, high = np.nanpercentile(draws, [2.5, 97.5]) if len(a) else (np.nan, np.nan)
+            row.update({"kappa": cohen_kappa(a, b), "kappa_low": low, "kappa_high": high})
+        rows.append(row)
+    table = pd.DataFrame(rows).set_index("judge").round(3)
+    return with_cells(table, [None] * len(table), [None] * table.shape[1])  # not a cell of records
+
+
+def cohen_kappa(a: np.ndarray, b: np.ndarray) -> float:
+    """Cohen's κ of two binary raters: (observed − chance agreement) ÷ (1 − chance); NaN when chance is 1."""
+    if len(a) == 0:
+        return np.nan
+    observed = np.mean(a == b)
+    chance = np.mean(a) * np.mean(b) + np.mean(~a) * np.mean(~b)
+    return np.nan if chance == 1 else float((observed - chance) / (1 - chance))
 
 
 @lru_cache(maxsize=4)
@@ -267,11 +385,16 @@ TASK = Task(
         "table4": "Table 4 layout: fraction judged hallucination-free",
         "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "
         "hallucination rate",
-        "judging": "Judging: samples, unparsed verdicts, truncated prompts, judge",
+        "judging": "Judging: samples, outcomes (faithful, hallucinated, degenerate, unparsed), truncated prompts, "
+        "judge",
+        "judges": "Judges: each judge's accuracy per model, and Cohen's kappa with the primary judge (95 % bootstrap "
+        "CI over the outputs both judged)",
     },
     note=(
-        "accuracy = fraction of outputs judged hallucination-free (Table 4); unparsed verdicts are excluded and "
-        "counted; with the overlap judge the numbers are a lexical proxy, not a hallucination rate"
+        "accuracy = fraction of scored outputs judged hallucination-free (Table 4); an empty or degenerate output "
+        "scores 0 and is counted (degenerate); an unparsed verdict is excluded from its model's accuracy and counted "
+        "(unparsed), so each model's denominator is its scored outputs; with the overlap judge the numbers are a "
+        "lexical proxy, not a hallucination rate"
     ),
     summary_keys=["model", "dataset"],
     pair_keys=["dataset"],
