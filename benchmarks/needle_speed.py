@@ -1,11 +1,13 @@
-"""Needle task speed, measured in one run on two tiny models at 4K.
+"""Needle task speed, measured in one run on two tiny models at 4K, like for like.
 
 1. Harness overhead: wall time of `diffeval run needle` (prompt fitting, generation, scoring, records) ÷ the time
-   the model itself spends in `generate` on the very same token ids (goal ≤ 1.05).
-2. diffeval ÷ lm-eval `niah_single_1`: wall time of the two command lines on the same model and sample count
-   (goal ≤ 0.5). Needs `pip install -e .[bench]` (lm-eval, accelerate, wonderwords, nltk); skipped otherwise.
+   the model itself spends in `generate` on the very same token ids with the same token limit (goal ≤ 1.05).
+2. diffeval ÷ lm-eval `niah_single_1`: wall time of the two command lines on the same model and sample count, each
+   generating at most --max-new-tokens (lm-eval's `max_gen_toks` set to it; its task default is 128), greedy, with
+   the same torch threads (OMP_NUM_THREADS and torch.set_num_threads = --threads) (goal ≤ 0.5). Needs
+   `pip install -e .[bench]` (lm-eval, accelerate, wonderwords, nltk); skipped otherwise.
 
-Run: python benchmarks/needle_speed.py [--samples 50] [--ctx 4096]
+Run: python benchmarks/needle_speed.py [--samples 50] [--ctx 4096] [--threads 1] [--max-new-tokens 32]
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ def build_models(root: Path) -> dict[str, Path]:
     return paths
 
 
-def harness_overhead(name: str, path: Path, ctx: int, samples: int, out: Path) -> tuple[float, float]:
+def harness_overhead(
+    name: str, path: Path, ctx: int, samples: int, max_new_tokens: int, out: Path
+) -> tuple[float, float]:
     """(diffeval wall time, model generate time) for the same samples on one model."""
     flags = {
         "models": [f"{name}={path}"],
@@ -54,7 +58,7 @@ def harness_overhead(name: str, path: Path, ctx: int, samples: int, out: Path) -
         "samples": samples // len(DEPTHS),
         "out": str(out),
         "device": "cpu",
-        "max_new_tokens": 32,
+        "max_new_tokens": max_new_tokens,
     }
     config = build_config("needle", {}, flags)
     start = time.perf_counter()
@@ -84,9 +88,10 @@ def harness_overhead(name: str, path: Path, ctx: int, samples: int, out: Path) -
     return harness, model_time
 
 
-def timed(command: list[str]) -> float:
+def timed(command: list[str], threads: int) -> float:
     start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise SystemExit(f"{command[0]} failed:\n{result.stderr[-2000:]}")
     return time.perf_counter() - start
@@ -96,15 +101,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--samples", type=int, default=50, help="samples per model (a multiple of 5 depths)")
     parser.add_argument("--ctx", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads, in this process and both commands")
+    parser.add_argument("--max-new-tokens", type=int, default=32, help="the generation limit of both harnesses")
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         models = build_models(root)
-        print(f"# needle speed at ctx {args.ctx}, {args.samples} samples per model, CPU, tiny random models\n")
+        print(f"# needle speed at ctx {args.ctx}, {args.samples} samples per model, CPU, {args.threads} torch "
+              f"thread(s), at most {args.max_new_tokens} new tokens, greedy, tiny random models, "
+              f"{time.strftime('%Y-%m-%d')}\n")  # fmt: skip
         print("model | diffeval wall s (incl. loading weights) | model generate s | ratio (goal <= 1.05)")
         print("--- | --- | --- | ---")
         for name, path in models.items():
-            harness, model_time = harness_overhead(name, path, args.ctx, args.samples, root / f"run-{name}")
+            harness, model_time = harness_overhead(
+                name, path, args.ctx, args.samples, args.max_new_tokens, root / f"run-{name}"
+            )
             print(f"{name} | {harness:.2f} | {model_time:.2f} | {harness / model_time:.3f}")
 
         if importlib.util.find_spec("lm_eval") is None:
@@ -128,9 +140,12 @@ def main() -> None:
                 str(args.samples // len(DEPTHS)),
                 "--device",
                 "cpu",
+                "--max-new-tokens",
+                str(args.max_new_tokens),
                 "--out",
                 str(root / "cli-run"),
-            ]
+            ],
+            args.threads,
         )
         lm_eval = timed(
             [
@@ -151,7 +166,10 @@ def main() -> None:
                 "cpu",
                 "--batch_size",
                 "1",
-            ]
+                "--gen_kwargs",
+                f"max_gen_toks={args.max_new_tokens},do_sample=False",
+            ],
+            args.threads,
         )
         print("\ncommand line, base model | wall s")
         print("--- | ---")

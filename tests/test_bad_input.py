@@ -137,7 +137,7 @@ def test_damaged_run_json_is_one_line_for_report_compare_and_resume(damage, tmp_
         result = run_cli(*args)
         expected = str(run_json) if damage != "unknown_task" else "unknown task 'sudoku'"
         if damage == "unknown_task" and args[0] == "run":  # resuming sees the folder's config is not this run's
-            expected = "holds a run with a different config (task differ)"
+            expected = "holds a run with a different config (max_new_tokens, task differ)"
         assert_one_line(result, expected)
     assert _snapshot(folder) == before
 

@@ -221,3 +221,40 @@ def test_a_batch_holds_at_most_max_batch_tokens_and_decodes_as_alone(backends, m
         together = backend.generate(prompts, 12, needle.STOP)
         assert [g.batch for g in together] == batches
         assert [(g.text, g.new_tokens) for g in together] == [(g.text, g.new_tokens) for g in alone]
+
+
+def test_effective_length_follows_nolima():
+    import numpy as np
+
+    def scores(*fractions):  # ten samples per length: 1K, 2K, 4K, 8K
+        return {1024 * 2**i: np.array([1.0] * round(10 * f) + [0.0] * (10 - round(10 * f))) for i, f in
+                enumerate(fractions)}  # fmt: skip
+
+    # base 1.0 at 1K; 2K keeps 0.9 >= 0.85, 4K drops to 0.8: effective 2K, though 8K is back at 0.9
+    assert needle.effective_length(scores(1.0, 0.9, 0.8, 0.9), [1024]) == (2048, 1.0)
+    assert needle.effective_length(scores(0.7, 1.0, 1.0, 1.0), [1024, 2048]) == (0, 0.85)  # below the shortest
+    assert needle.effective_length(scores(0.4, 0.4, 0.4, 0.4), [1024]) == (None, 0.4)  # base below the floor
+    assert needle.effective_length(scores(1.0, 1.0, 1.0, 1.0), [1024]) == (8192, 1.0)
+
+
+def test_effective_length_table_and_position_curves(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    rows = [
+        {"model": model, "sample_id": f"{ctx}-{i}", "ctx": ctx, "depth": (0, 50, 100)[i % 3], "score": float(ok)}
+        for model, keep in (("diff", {1024: 10, 2048: 10, 4096: 9}), ("base", {1024: 10, 2048: 5, 4096: 2}))
+        for ctx, hits in keep.items()
+        for i, ok in enumerate(np.arange(10) < hits)
+    ]
+    frame = pd.DataFrame(rows)
+    table = needle.effective_length_table(frame, [])
+    assert table.loc["diff", "effective length"] == "4K" and table.loc["base", "effective length"] == "1K"
+    assert table.loc["diff", "base lengths"] == "1K" and table.loc["diff", "threshold"] == 0.85
+    assert table.loc["base", "interval low"] == "1K"
+    assert needle.effective_length_table(frame[frame["ctx"] > 1024], []).loc["diff", "effective length"].startswith(
+        "undefined: no length up to 1K"
+    )
+    frame["length"] = frame["ctx"].map(needle.format_ctx)
+    path = needle.position_curves(frame, ["diff", "base"], ["1K", "2K", "4K"], tmp_path)
+    assert path.name == "needle_position_curves.png" and path.stat().st_size > 1000

@@ -153,7 +153,8 @@ def test_every_layout(runs, tmp_path):
     assert margins.loc["trec 10-shot random", "base"] == 50.0 and margins.loc["trec 10-shot random", "diff"] == 0.0
     assert margins.loc["trec 10-shot random", "paper: DIFF-3B"] == 4.0
     table4 = tables["hallucination"]["table4"]
-    assert list(table4.columns) == ["xsum", "hotpotqa"] and table4.loc["paper: Transformer-3B", "xsum"] == 0.44
+    assert list(table4.columns) == ["xsum", "hotpotqa", "degenerate", "unparsed"]
+    assert table4.loc["paper: Transformer-3B", "xsum"] == 0.44 and table4.loc["diff", "unparsed"] == 0
     assert table4.loc["diff", "xsum"] == 1.0 and table4.loc["base", "xsum"] == 0.5
     paired = tables["needle"]["paired"].reset_index()
     overall = paired[paired["ctx"] == "all"].iloc[0]

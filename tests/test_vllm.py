@@ -282,7 +282,7 @@ def test_the_builtin_pair_on_vllm_reproduces_the_reference_run(tmp_path):
     """The reference run's settings at 1K (4 N/R settings x 5 depths x 20 samples per model) on --backend vllm."""
     out = tmp_path / "pair"
     result = run_cli("run", "needle", "--backend", "vllm", "--ctx", "1k", "--needles", "1,2,4,6", "--queries",
-                     "1,2,2,2", "--samples", "20", "--out", str(out))  # fmt: skip
+                     "1,2,2,2", "--samples", "20", "--max-new-tokens", "32", "--out", str(out))  # fmt: skip
     assert result.returncode == 0, result.stderr
     ours = _records(out)
     rows = [json.loads(line) for line in (REFERENCE / "samples.jsonl").read_text().splitlines()]

@@ -89,6 +89,7 @@ def load_records(folder: RunFolder, allow_empty: bool = False, scoring: str | No
     rule = scoring_rule(task, scoring)
     if rule is not None and not frame.empty:
         frame = task.rescore(frame, rule)
+    frame.attrs["options"] = run["config"].get("options", {})  # report-time settings a task reads (base lengths)
     return LoadedRun(run, task, frame, records.damaged, records.duplicates, rule)
 
 

@@ -55,6 +55,12 @@ class NeedleOptions:
     )
     samples: int = option(50, help="samples per depth × length × N/R cell", identity=False)
     haystack: str = option("noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+    base_lengths: list[int] = option(
+        [],
+        help="lengths whose mean is each model's base score for the effective length [default: those run ≤ 1K]",
+        parse=lambda text: parse_ctx(text) if text not in ("", []) else [],
+        identity=False,
+    )
 
     def nr_pairs(self) -> list[tuple[int, int]]:
         return list(zip(self.needles, self.queries, strict=True))
@@ -560,6 +566,9 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
         table2 = pd.concat([table2, pd.DataFrame.from_dict(rows, orient="index")])
     out["table2"] = with_cells(table2.round(3), row_cells, column_cells)
     out["answers"] = _answers(frame)
+    if len(lengths) > 1:
+        base_lengths = records.attrs.get("options", {}).get("base_lengths") or []
+        out["effective_length"] = effective_length_table(frame, base_lengths)
     for model, group in frame.groupby("model", sort=False):
         grid = group.pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
         grid = grid.reindex(columns=[c for c in lengths if c in grid.columns])
@@ -570,6 +579,70 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
             grid.round(3), [{"depth": d} for d in depths], [_cell(c) for c in grid.columns], {"model": model}
         )
     return out
+
+
+EFFECTIVE_FRACTION = 0.85  # NoLiMa: a length is effective while it keeps 85 % of the base score
+BASE_FLOOR = 0.5  # below this base score an effective length would measure noise: undefined
+BASE_MAX_LENGTH = 1024  # default base lengths: those run at or below this
+EFFECTIVE_RESAMPLES = 2000
+
+
+def effective_length(scores: dict[int, np.ndarray], base_lengths: list[int]) -> tuple[int | None, float]:
+    """(effective length, base score) from per-length sample scores: the base is the mean over `base_lengths`; the
+    effective length is the longest L such that every length ≤ L scores at least EFFECTIVE_FRACTION × base, 0 when
+    the shortest length already falls short, None when the base is below BASE_FLOOR."""
+    base = float(np.mean(np.concatenate([scores[length] for length in base_lengths])))
+    if base < BASE_FLOOR:
+        return None, base
+    effective = 0
+    for length in sorted(scores):
+        if scores[length].mean() < EFFECTIVE_FRACTION * base:
+            break
+        effective = length
+    return effective, base
+
+
+def effective_length_table(frame: pd.DataFrame, base_lengths: list[int]) -> pd.DataFrame:
+    """Per model: the base lengths and score, the effective length and its 95 % bootstrap interval (samples
+    resampled within each length, EFFECTIVE_RESAMPLES times, seed 0; a length is discrete, so the interval is the
+    2.5th and 97.5th percentile lengths of the resamples)."""
+    rows = {}
+    for model, group in frame.groupby("model", sort=False):
+        scores = {int(ctx): g["score"].to_numpy(dtype=float) for ctx, g in group.groupby("ctx")}
+        base = [b for b in base_lengths if b in scores] or [b for b in scores if b <= BASE_MAX_LENGTH]
+        row = {"base lengths": ", ".join(map(format_ctx, base)) or "none run"}
+        if not base:
+            undefined = f"undefined: no length up to {format_ctx(BASE_MAX_LENGTH)} was run"
+            rows[model] = {**row, "effective length": undefined}
+            continue
+        found, base_score = effective_length(scores, base)
+        row.update({"base score": round(base_score, 3), "threshold": round(EFFECTIVE_FRACTION * base_score, 3)})
+        if found is None:
+            rows[model] = {**row, "effective length": f"undefined: base below {BASE_FLOOR}"}
+            continue
+        rng = np.random.default_rng(0)
+        draws = []
+        for _ in range(EFFECTIVE_RESAMPLES):
+            resampled = {length: rng.choice(values, len(values)) for length, values in scores.items()}
+            draws.append(effective_length(resampled, base)[0])
+        defined = [d for d in draws if d is not None]
+        low, high = (np.percentile(defined, [2.5, 97.5], method="lower") if defined else (None, None))
+        rows[model] = {
+            **row,
+            "effective length": _length_name(found, min(scores)),
+            "interval low": _length_name(low, min(scores)),
+            "interval high": _length_name(high, min(scores)),
+            "resamples with base below floor": len(draws) - len(defined),
+        }
+    table = pd.DataFrame.from_dict(rows, orient="index")
+    table.index.name = "model"
+    return with_cells(table, [{"model": m} for m in table.index], [None] * table.shape[1])
+
+
+def _length_name(length, shortest: int) -> str:
+    if length is None:
+        return "undefined"
+    return f"< {format_ctx(shortest)}" if length == 0 else format_ctx(int(length))
 
 
 def _answers(frame: pd.DataFrame) -> pd.DataFrame:
@@ -621,7 +694,30 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     path = folder / "needle_heatmap.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-    return [path]
+    return [path, position_curves(frame, models, lengths, folder)]
+
+
+def position_curves(frame: pd.DataFrame, models: list[str], lengths: list[str], folder: Path) -> Path:
+    """Score by answer-needle depth, one line per length with its 95 % CI (Wilson for yes/no scores, bootstrap
+    otherwise), one panel per model."""
+    from diffeval.report.stats import summarize
+
+    summary = summarize(frame, ["model", "length", "depth"], "score")
+    fig, axes = plt.subplots(1, len(models), figsize=(0.6 + 4.2 * len(models), 3.4), squeeze=False, sharey=True)
+    for ax, model in zip(axes[0], models):
+        for length in lengths:
+            cell = summary[(summary["model"] == model) & (summary["length"] == length)].sort_values("depth")
+            if cell.empty:
+                continue
+            errors = [cell["accuracy"] - cell["ci_low"], cell["ci_high"] - cell["accuracy"]]
+            ax.errorbar(cell["depth"], cell["accuracy"], yerr=errors, marker="o", capsize=3, label=length)
+        ax.set(title=model, xlabel="answer needle depth (%)", ylim=(-0.05, 1.05))
+    axes[0][0].set_ylabel("accuracy (95 % CI)")
+    axes[0][-1].legend(title="length", fontsize=7)
+    path = folder / "needle_position_curves.png"
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    return path
 
 
 def format_ctx(ctx: int) -> str:
@@ -771,6 +867,9 @@ TASK = Task(
         "answers": "Answers: accuracy, outputs naming unqueried needles' numbers, precision, samples stopped at the "
         "token limit",
         "depth_grid": "Depth x length grid",
+        "effective_length": f"Effective length (NoLiMa): the longest length up to which every length keeps "
+        f"{EFFECTIVE_FRACTION:.0%} of the base score (mean over the base lengths); undefined when the base is below "
+        f"{BASE_FLOOR}; 95 % bootstrap interval over samples, as the 2.5th-97.5th percentile lengths",
     },
     note=(
         "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
