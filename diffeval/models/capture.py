@@ -61,8 +61,7 @@ def segment_shares(query: torch.Tensor, key: torch.Tensor, capture: RowCapture, 
     return shares.index_add_(2, capture.segment_ids, weights).cpu()
 
 
-def check_supported(model) -> None:
-    model_type = model.config.model_type
+def check_supported(model_type: str) -> None:
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise InputError(f"attention analysis supports {', '.join(SUPPORTED_MODEL_TYPES)} models, not {model_type!r}")
 
@@ -71,7 +70,7 @@ def check_supported(model) -> None:
 def capturing(model, rows: list[int], segment_ids: list[int], n_segments: int):
     """Within the block, a forward of `model` fills the yielded RowCapture's per-layer shares."""
     global _active
-    check_supported(model)
+    check_supported(model.config.model_type)
     AttentionInterface.register(CAPTURE_IMPL, _capturing_sdpa)
     AttentionMaskInterface.register(CAPTURE_IMPL, sdpa_mask)
     previous = model.config._attn_implementation

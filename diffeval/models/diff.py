@@ -10,6 +10,17 @@ twice: heads [0, H/2) of the outputs are map 1 and heads [H/2, H) are map 2, and
 head i with head i + H/2 over a double-width value. Layers are 0-indexed there, so `λ_init(layer_idx)` below
 takes the 0-based index (l − 1 in the paper). Rows of the differential map sum to 1 − λ and single weights
 may be negative.
+
+Differential Transformer V2 (microsoft/unilm, `Diff-Transformer/Diff-Transformer-V2/multihead_flashdiffv2.py`) keeps
+one standard causal attention with 2h query heads of head_dim over h_kv key/value heads (GQA) and subtracts adjacent
+query heads of its output, with a λ per token and head projected from the attention's input x:
+
+    λ_t = sigmoid(W_λ · x_t)                       W_λ: lambda_proj, (h, d_model), no bias           (V2 λ)
+    head_i(t) = softmax(Q_2i Kᵀ / √d)_t · V − λ_t,i · softmax(Q_2i+1 Kᵀ / √d)_t · V               (V2 head)
+
+No λ_init, no (1 − λ_init) factor and no per-head RMSNorm; the h heads go to o_proj as they are. Query heads 2i and
+2i + 1 read the same KV head whenever h_kv divides h (GQA groups 2h / h_kv consecutive query heads per KV head), so
+the KV cache is a baseline's with h_kv heads. diffeval's V2 is `models/diffllama2.py`.
 """
 
 from __future__ import annotations
@@ -19,6 +30,7 @@ import math
 import torch
 
 DIFF_ARCHITECTURES = ("DiffLlamaForCausalLM",)
+DIFF_V2_ARCHITECTURES = ("DiffLlama2ForCausalLM",)  # diffeval's V2 in transformers form (models/diffllama2.py)
 
 
 def lambda_init(layer_idx: int) -> float:
@@ -98,3 +110,17 @@ def split_differential(head_shares: torch.Tensor, lam: float) -> dict[str, torch
     half = head_shares.shape[0] // 2
     map1, map2 = head_shares[:half], head_shares[half:]
     return {"A1": map1, "A2": map2, "diff": map1 - lam * map2}
+
+
+def v2_lambda(x: torch.Tensor, lambda_proj_weight: torch.Tensor) -> torch.Tensor:
+    """V2 λ: sigmoid(x · W_λᵀ), per token and differential head. x (..., d_model), W_λ (h, d_model) → (..., h)."""
+    return torch.sigmoid(torch.nn.functional.linear(x, lambda_proj_weight))
+
+
+def v2_combine(attn_output: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
+    """V2 head: the output of query head 2i minus λ times that of query head 2i + 1 (adjacent heads pair up).
+
+    `attn_output` is the attention output laid out as transformers' attention interface returns it,
+    (batch, seq, 2h, head_dim); `lam` is (batch, seq, h) from `v2_lambda`. Returns (batch, seq, h, head_dim).
+    """
+    return attn_output[..., 0::2, :] - lam.unsqueeze(-1) * attn_output[..., 1::2, :]

@@ -1,4 +1,10 @@
-"""Model spec → (model, tokenizer, ModelInfo). DIFF detection and the `models inspect` summary."""
+"""Model spec → (model, tokenizer, ModelInfo). DIFF detection and the `models inspect` summary.
+
+DIFF V2 checkpoints (`model_type: "diffllama2"`, models/diffllama2.py) are unknown to stock transformers: every
+function here that calls an Auto* class registers diffeval's V2 with them first (`register_diff_v2`), so `--model
+PATH` loads one without --trust-remote-code. The registration imports transformers' Llama modeling code, so it waits
+for the first load instead of `import diffeval`.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +20,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from diffeval.errors import InputError
-from diffeval.models.diff import DIFF_ARCHITECTURES, layer_lambdas
+from diffeval.models.diff import DIFF_ARCHITECTURES, DIFF_V2_ARCHITECTURES, layer_lambdas
 from diffeval.models.spec import ModelInfo, ModelSpec
 
 
@@ -23,6 +29,19 @@ class LoadedModel:
     model: Any
     tokenizer: Any
     info: ModelInfo
+
+
+def register_diff_v2() -> None:
+    """Make AutoConfig and AutoModelForCausalLM know diffeval's DIFF V2 (`diffllama2`); idempotent."""
+    global _V2_REGISTERED
+    if not _V2_REGISTERED:
+        from diffeval.models import diffllama2
+
+        diffllama2.register()
+        _V2_REGISTERED = True
+
+
+_V2_REGISTERED = False
 
 
 def resolve_device(device: str) -> str:
@@ -51,6 +70,7 @@ def _check_spec(spec: ModelSpec) -> None:
 
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
+    register_diff_v2()
     try:
         return AutoConfig.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
     except Exception as exc:  # a broken checkpoint raises anything from OSError to JSONDecodeError
@@ -60,6 +80,7 @@ def load_config(spec: ModelSpec, trust_remote_code: bool = False):
 def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
     """The checkpoint's tokenizer (fast tokenizers only: token offsets of needles and answers come from them)."""
     _check_spec(spec)
+    register_diff_v2()  # AutoTokenizer may read the model config to pick the tokenizer class
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -104,6 +125,7 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
 def architecture_shapes(config, trust_remote_code: bool = False):
     """The model the config builds, on the meta device (no memory): its state dict's names and shapes (non-persistent
     buffers are not in it), the groups of tied names (a checkpoint stores one of each), and the model."""
+    register_diff_v2()
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
     shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
@@ -161,8 +183,17 @@ def _layout_hint(missing: list[str], unexpected: list[str], misshapen: list[str]
             "these are the paper's own Diff-Transformer modules (microsoft/unilm: subln, out_proj), which diffeval "
             "cannot load yet; save the model in transformers' DiffLlama layout"
         )
-    if any("lambda_proj" in n for n in unexpected):
-        return "these are Differential Transformer V2 weights (lambda_proj), which diffeval cannot load yet"
+    if any(".lambda_proj." in n for n in unexpected):
+        return (
+            "these are Differential Transformer V2 weights (lambda_proj): give them a V2 config (model_type "
+            '"diffllama2", architectures ["DiffLlama2ForCausalLM"], num_attention_heads = the differential heads h, '
+            "q_proj making 2h query heads)"
+        )
+    if missing and all(".lambda_proj." in n for n in missing) and not unexpected:
+        return (
+            "a DIFF V2 checkpoint without its λ projections (lambda_proj; saved from a Llama, or cut short?); point "
+            "--model at the V2 checkpoint that was trained, or give these weights the config they were saved with"
+        )
     if missing and all(".lambda_" in n for n in missing) and not unexpected:
         return (
             "a DiffLlama checkpoint without its λ tensors (saved from a Llama, or cut short?); point --model at the "
@@ -206,10 +237,21 @@ def stop_token_ids(spec: ModelSpec, config, tokenizer) -> list[int]:
     return ids
 
 
+def diff_variant(config) -> str | None:
+    """Which Differential Transformer the config builds: "v1" (transformers' DiffLlama), "v2" (diffeval's
+    DiffLlama2, models/diffllama2.py), or None for any other architecture."""
+    architectures = config.architectures or []
+    if any(arch in DIFF_V2_ARCHITECTURES for arch in architectures) or config.model_type == "diffllama2":
+        return "v2"
+    if any(arch in DIFF_ARCHITECTURES for arch in architectures) or config.model_type == "diffllama":
+        return "v1"
+    return None
+
+
 def is_diff_config(config, kind: str = "auto") -> bool:
     if kind != "auto":
         return kind == "diff"
-    return any(arch in DIFF_ARCHITECTURES for arch in (config.architectures or [])) or config.model_type == "diffllama"
+    return diff_variant(config) is not None
 
 
 def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelInfo:
@@ -231,6 +273,7 @@ def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelIn
         head_dim=head_dim,
         max_positions=getattr(text_config, "max_position_embeddings", None),
         rope_theta=rope_theta if rope_theta is not None else getattr(text_config, "rope_theta", None),
+        diff_variant=diff_variant(config) if is_diff else None,
     )
     if model is not None:
         info.parameters = sum(p.numel() for p in model.parameters())

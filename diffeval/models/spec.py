@@ -35,7 +35,7 @@ class ModelSpec:
 
     name: str
     spec: str
-    kind: str = "auto"  # auto: DiffLlamaForCausalLM is DIFF, anything else a baseline
+    kind: str = "auto"  # auto: DiffLlamaForCausalLM (V1) and DiffLlama2ForCausalLM (V2) are DIFF, others baselines
 
     @classmethod
     def parse(cls, text: str | dict) -> ModelSpec:
@@ -100,6 +100,9 @@ class ModelInfo:
     rope_theta: float | None
     parameters: int | None = None
     lambdas: list[dict[str, float]] = field(default_factory=list)
+    # which Differential Transformer a DIFF model is: "v1" (DiffLlama) or "v2" (DiffLlama2); None for a baseline, or
+    # a model declared DIFF with `:diff` whose architecture is neither
+    diff_variant: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,4 +1,5 @@
-"""Tiny Llama / DiffLlama checkpoints and byte-level BPE tokenizers built offline (tests, benchmarks, toy pair)."""
+"""Tiny Llama / DiffLlama / DiffLlama2 (DIFF V2) checkpoints and byte-level BPE tokenizers built offline (tests,
+benchmarks, toy pair)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,15 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import DiffLlamaConfig, DiffLlamaForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from diffeval.models.diffllama2 import DiffLlama2Config, DiffLlama2ForCausalLM
+
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
+# kind → (config class, model class); any other kind builds the Llama baseline
+KINDS = {
+    "diff": (DiffLlamaConfig, DiffLlamaForCausalLM),
+    "diff2": (DiffLlama2Config, DiffLlama2ForCausalLM),
+    "base": (LlamaConfig, LlamaForCausalLM),
+}
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int, out_dir: str | Path) -> PreTrainedTokenizerFast:
@@ -51,7 +60,8 @@ def tiny_config(
     max_positions: int = 8192,
     rope_theta: float = 10000.0,
 ):
-    """Matched configs: same heads and head_dim for both, so a DIFF head pairs two maps over a double-width V."""
+    """Matched configs: same heads and head_dim for all kinds. "diff" (V1) pairs two maps per head over a double-width
+    V; "diff2" (V2) keeps `heads` differential heads, each from two of its 2 × `heads` query heads."""
     common = dict(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -67,7 +77,7 @@ def tiny_config(
         pad_token_id=2,
         tie_word_embeddings=True,
     )
-    return DiffLlamaConfig(**common) if kind == "diff" else LlamaConfig(**common)
+    return KINDS.get(kind, KINDS["base"])[0](**common)
 
 
 def build_tiny_model(kind: str, tokenizer_dir: str | Path, out_dir: str | Path, seed: int = 0, **sizes):
@@ -75,7 +85,7 @@ def build_tiny_model(kind: str, tokenizer_dir: str | Path, out_dir: str | Path, 
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
     torch.manual_seed(seed)
     config = tiny_config(kind, len(tokenizer), **sizes)
-    model = DiffLlamaForCausalLM(config) if kind == "diff" else LlamaForCausalLM(config)
+    model = KINDS.get(kind, KINDS["base"])[1](config)
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return model

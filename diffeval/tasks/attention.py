@@ -215,6 +215,16 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     return [bars, curves]
 
 
+def check_inputs(config) -> None:
+    """Before any work: the haystack reads, and every model's architecture is one the analysis can capture."""
+    from diffeval.models.capture import check_supported
+    from diffeval.models.loading import load_config
+
+    needle.check_inputs(config)
+    for spec in config.models:
+        check_supported(load_config(spec, config.trust_remote_code).model_type)
+
+
 TASK = Task(
     name="attention",
     help="Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
@@ -244,6 +254,6 @@ TASK = Task(
     needs=frozenset({"attention_rows"}),
     run_options=("chat_template", "max_new_tokens"),
     plots=plots,
-    check_inputs=needle.check_inputs,
+    check_inputs=check_inputs,
     sizing=lambda samples, tokenizer, config: (needle.sizing(samples, tokenizer, config)[0], 0),  # no generation
 )

@@ -1,0 +1,233 @@
+"""Differential Transformer V2 in transformers form (models/diffllama2.py) on real tiny models, built here.
+
+The attention test assembles the V2 layer output from its formula alone (projections, rotate-half RoPE, 2h-head
+softmax attention with GQA, adjacent-head subtraction with sigmoid(W_λ x), o_proj), written out in this file, and
+compares it with `DiffLlama2Attention` under eager and sdpa. The checkpoint tests save a tiny V2 and take it through
+diffeval's loader, its generation, the weights check and the command line.
+"""
+
+import inspect
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import run_cli, run_cli_in_process
+from diffeval.models.diff import v2_combine, v2_lambda
+from diffeval.models.diffllama2 import DiffLlama2Attention, DiffLlama2Config, DiffLlama2ForCausalLM
+from diffeval.models.hf import HFBackend
+from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
+from diffeval.models.tiny import build_tiny_model
+
+FP32 = {"atol": 1e-5, "rtol": 1e-5}
+
+
+def _attention(heads: int, kv_heads: int, head_dim: int, impl: str) -> DiffLlama2Attention:
+    config = DiffLlama2Config(
+        hidden_size=64,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=head_dim,
+        max_position_embeddings=64,
+    )
+    config._attn_implementation = impl
+    attention = DiffLlama2Attention(config, layer_idx=0).eval()
+    with torch.no_grad():  # λ spread over (0, 1) rather than all near 1/2
+        attention.lambda_proj.weight.copy_(0.5 * torch.randn_like(attention.lambda_proj.weight))
+    return attention
+
+
+def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float = 10000.0) -> torch.Tensor:
+    """Rotate-half (NeoX) RoPE: feature j pairs with j + d/2 and turns by position · θ^(−2j/d). x (B, T, heads, d)."""
+    dim = x.shape[-1]
+    angle = positions[:, :, None].float() * theta ** (-torch.arange(0, dim, 2).float() / dim)  # (B, T, d/2)
+    cos, sin = angle.cos()[:, :, None], angle.sin()[:, :, None]
+    first, second = x[..., : dim // 2], x[..., dim // 2 :]
+    return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
+
+
+def _v2_by_formula(attention: DiffLlama2Attention, x: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
+    """head_i = softmax(Q_2i Kᵀ/√d)·V − sigmoid(W_λ x)_i · softmax(Q_2i+1 Kᵀ/√d)·V, one query head at a time."""
+    batch, length, _ = x.shape
+    h, h_kv, d = attention.config.num_attention_heads, attention.config.num_key_value_heads, attention.head_dim
+    positions = torch.arange(length).expand(batch, length)
+    q = _rope((x @ attention.q_proj.weight.T).view(batch, length, 2 * h, d), positions)
+    k = _rope((x @ attention.k_proj.weight.T).view(batch, length, h_kv, d), positions)
+    v = (x @ attention.v_proj.weight.T).view(batch, length, h_kv, d)
+    lam = torch.sigmoid(x @ attention.lambda_proj.weight.T)  # (B, T, h)
+    per_kv = 2 * h // h_kv  # GQA: consecutive query heads share a KV head
+    outputs = []
+    for j in range(2 * h):
+        logits = q[:, :, j] @ k[:, :, j // per_kv].transpose(1, 2) / d**0.5  # (B, T, T)
+        weights = torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
+        outputs.append(weights @ v[:, :, j // per_kv])  # (B, T, d)
+    heads = [outputs[2 * i] - lam[:, :, i : i + 1] * outputs[2 * i + 1] for i in range(h)]
+    return torch.cat(heads, dim=-1) @ attention.o_proj.weight.T
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+@pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 16), (4, 1, 8), (4, 4, 16)])
+def test_v2_attention_is_the_formula(impl, heads, kv_heads, head_dim):
+    torch.manual_seed(100 * heads + 10 * kv_heads + head_dim)
+    attention = _attention(heads, kv_heads, head_dim, impl)
+    batch, length = 2, 9
+    x = torch.randn(batch, length, 64)
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+    cos, sin = LlamaRotaryEmbedding(attention.config)(x, torch.arange(length).expand(batch, length))
+    # causal, plus right padding of the last 3 keys in batch row 1 (every query row keeps a key)
+    allowed = torch.ones(batch, length, length, dtype=torch.bool).tril()
+    allowed[1, :, length - 3 :] = False
+    additive = torch.zeros(batch, 1, length, length).masked_fill(~allowed[:, None], torch.finfo(torch.float32).min)
+    with torch.no_grad():
+        actual, _ = attention(x, (cos, sin), attention_mask=additive)
+        expected = _v2_by_formula(attention, x, allowed)
+    assert attention.q_proj.weight.shape == (2 * heads * head_dim, 64)
+    assert attention.lambda_proj.weight.shape == (heads, 64)
+    torch.testing.assert_close(actual, expected, **FP32)
+
+
+def test_v2_combine_pairs_adjacent_heads():
+    out = torch.arange(6.0).view(1, 1, 6, 1).expand(1, 1, 6, 2)  # query head j's output is j
+    lam = torch.tensor([[[0.5, 0.25, 1.0]]])
+    assert v2_combine(out, lam)[0, 0, :, 0].tolist() == [0 - 0.5 * 1, 2 - 0.25 * 3, 4 - 1.0 * 5]
+    x, weight = torch.randn(2, 3, 8), torch.randn(3, 8)
+    torch.testing.assert_close(v2_lambda(x, weight), 1 / (1 + torch.exp(-(x @ weight.T))), **FP32)
+
+
+@pytest.fixture(scope="module")
+def v2_checkpoint(tiny_models, tmp_path_factory):
+    path = tmp_path_factory.mktemp("v2") / "diff2"
+    build_tiny_model("diff2", tiny_models["tok_a"], path, seed=5, heads=4, kv_heads=2)
+    return path
+
+
+def test_v2_checkpoint_loads_as_diff_v2_and_generates_with_its_kv_cache(v2_checkpoint):
+    loaded = load_model(ModelSpec("v2", str(v2_checkpoint)), "cpu")
+    model, info = loaded.model, loaded.info
+    assert isinstance(model, DiffLlama2ForCausalLM)
+    assert info.is_diff and info.diff_variant == "v2" and info.architecture == "DiffLlama2ForCausalLM"
+    assert (info.heads, info.kv_heads, info.head_dim) == (4, 2, 16)
+    assert model.model.layers[0].self_attn.q_proj.weight.shape == (2 * 4 * 16, 64)
+
+    backend = HFBackend(loaded)
+    prompts = [backend.encode("Lisbon has the magic number").ids, backend.encode("A city and a number: 12").ids]
+    generations = backend.generate(prompts, 6, [])
+    for prompt, generation in zip(prompts, generations):
+        ids = list(prompt)  # greedy by full forwards, no cache
+        with torch.no_grad():
+            for _ in range(generation.new_tokens):
+                ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+        assert generation.new_tokens > 0
+        assert generation.text == backend.decode(ids[len(prompt) :])
+
+    # one token at a time through the KV cache against one forward over the whole sequence
+    ids = torch.tensor([prompts[0] + prompts[1]])
+    name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    split = len(prompts[0])
+    with torch.no_grad():
+        full = model(input_ids=ids).logits[0, -1]
+        out = model(input_ids=ids[:, :split], use_cache=True)
+        cache = getattr(out, name)
+        for position in range(split, ids.shape[1]):
+            out = model(input_ids=ids[:, position : position + 1], **{name: cache}, use_cache=True)
+            cache = getattr(out, name)
+    assert cache.get_seq_length() == ids.shape[1]
+    assert cache.layers[0].keys.shape[1] == 2  # a baseline's cache: h_kv heads
+    torch.testing.assert_close(out.logits[0, -1], full, atol=1e-4, rtol=1e-4)
+
+
+def _copy(source, folder, tensors=None, config=None):
+    shutil.copytree(source, folder)
+    if tensors is not None:
+        weights = load_file(folder / "model.safetensors")
+        tensors(weights)
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    if config is not None:
+        data = json.loads((folder / "config.json").read_text())
+        config(data)
+        (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
+def _refusal(folder, out) -> str:
+    result = run_cli_in_process("run", "needle", "-m", f"v2={folder}", "--ctx", "512", "--depths", "50",
+                                "--samples", "1", "--out", str(out))  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert not out.exists()
+    return lines[0]
+
+
+def test_weights_check_refuses_v2_weights_without_lambda_proj_or_config(v2_checkpoint, tmp_path):
+    lam = "model.layers.1.self_attn.lambda_proj.weight"
+    no_lambda = _copy(v2_checkpoint, tmp_path / "no-lambda", tensors=lambda t: t.pop(lam))
+    line = _refusal(no_lambda, tmp_path / "run")
+    assert f"model v2: the weights in {no_lambda} do not match DiffLlama2ForCausalLM (missing {lam})" in line
+    assert "without its λ projections (lambda_proj" in line
+
+    def as_llama(config):
+        config.update(model_type="llama", architectures=["LlamaForCausalLM"])
+
+    llama_config = _copy(v2_checkpoint, tmp_path / "llama-config", config=as_llama)
+    line = _refusal(llama_config, tmp_path / "run")
+    assert "unexpected model.layers.0.self_attn.lambda_proj.weight" in line
+    assert "misshapen model.layers.0.self_attn.q_proj.weight [128, 64] (model [64, 64])" in line
+    assert 'Differential Transformer V2 weights (lambda_proj): give them a V2 config (model_type "diffllama2"' in line
+
+
+def test_stock_transformers_refuses_v2_and_diffeval_registers_it_on_first_load(v2_checkpoint):
+    script = f"""
+import sys
+import transformers
+from transformers import CONFIG_MAPPING, AutoConfig
+assert "diffllama2" not in CONFIG_MAPPING
+try:
+    AutoConfig.from_pretrained({str(v2_checkpoint)!r})
+    raise SystemExit("stock transformers loaded a diffllama2 config")
+except ValueError as exc:
+    assert "diffllama2" in str(exc), exc
+import diffeval.models.loading as loading
+assert "diffllama2" not in CONFIG_MAPPING and "diffeval.models.diffllama2" not in sys.modules
+loading.load_config(loading.ModelSpec("v2", {str(v2_checkpoint)!r}))
+loading.register_diff_v2()
+assert "diffllama2" in CONFIG_MAPPING
+print("ok")
+"""
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_starting_the_cli_leaves_v2_unregistered():
+    """Registration waits for the first model load: `import diffeval` imports no torch, and the CLI module does not
+    import the V2 modeling code."""
+    script = (
+        "import sys, diffeval; print('torch' in sys.modules); import diffeval.cli; "
+        "print('diffeval.models.diffllama2' in sys.modules, 'transformers.models.llama.modeling_llama' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "False", "False"], result.stdout
+
+
+def test_cli_runs_needle_on_a_v2_checkpoint(v2_checkpoint, tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", "needle", "-m", f"v2={v2_checkpoint}", "--ctx", "1k", "--depths", "50", "--samples", "2",
+                     "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["models"]["v2"]["is_diff"] and run["models"]["v2"]["diff_variant"] == "v2"
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
+    assert len(records) == 2 and {r["model"] for r in records} == {"v2"}
+
+
+def test_analyses_that_do_not_know_v2_refuse_it_before_any_work(v2_checkpoint, tmp_path):
+    result = run_cli_in_process("run", "attention", "-m", f"v2={v2_checkpoint}", "--ctx", "512", "--depths", "50",
+                                "--samples", "1", "--out", str(tmp_path / "attention"))  # fmt: skip
+    assert result.returncode == 2 and "attention analysis supports" in result.stderr and "'diffllama2'" in result.stderr
+    assert not (tmp_path / "attention").exists()
