@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from conftest import pair_options, run_cli
+from diffeval import intervals
 from diffeval.report import stats
 from diffeval.report.gates import compare
 from diffeval.report.tables import build_report
@@ -199,11 +200,11 @@ def test_statistics_against_known_values():
     second = [0] * 10 + [1] * 2 + [1] * 5 + [0] * 3
     assert stats.mcnemar_exact(first, second) == pytest.approx(158 / 4096)  # b = 10, c = 2
     assert stats.mcnemar_exact([1, 0], [1, 0]) == 1.0
-    low, high = stats.wilson_ci(8, 10)
+    low, high = intervals.wilson_ci(8, 10)
     assert (round(low, 4), round(high, 4)) == (0.4902, 0.9433)
     values = [0.1, 0.5, 0.3, 0.9, 0.2, 0.4]
-    assert stats.bootstrap_ci(values) == stats.bootstrap_ci(values)  # fixed seed: reproducible
-    low, high = stats.bootstrap_ci(values)
+    assert intervals.bootstrap_ci(values) == intervals.bootstrap_ci(values)  # fixed seed: reproducible
+    low, high = intervals.bootstrap_ci(values)
     assert low < sum(values) / len(values) < high and 0.1 <= low and high <= 0.9
     result = stats.paired_difference([0.5, 0.6, 0.7, 0.8, 0.9, 1.0], [0.1, 0.2, 0.3, 0.2, 0.4, 0.3])
     assert result["test"] == "wilcoxon" and result["difference"] == pytest.approx(0.5)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from diffeval.errors import InputError
-from diffeval.report.stats import BOOTSTRAP_RESAMPLES, cluster_labels, paired_difference, summarize
+from diffeval.intervals import BOOTSTRAP_RESAMPLES, summarize
+from diffeval.report.stats import cluster_labels, paired_difference
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
 from diffeval.tasks.base import Task, with_cells

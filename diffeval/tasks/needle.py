@@ -700,7 +700,7 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
 def position_curves(frame: pd.DataFrame, models: list[str], lengths: list[str], folder: Path) -> Path:
     """Score by answer-needle depth, one line per length with its 95 % CI (Wilson for yes/no scores, bootstrap
     otherwise), one panel per model."""
-    from diffeval.report.stats import summarize
+    from diffeval.intervals import summarize
 
     summary = summarize(frame, ["model", "length", "depth"], "score")
     fig, axes = plt.subplots(1, len(models), figsize=(0.6 + 4.2 * len(models), 3.4), squeeze=False, sharey=True)
