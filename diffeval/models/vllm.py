@@ -1,5 +1,8 @@
 """The vLLM backend: greedy generation and choice scoring on vLLM's engine (paged KV cache, continuous batching,
-chunked prefill, prefix caching), for every model vLLM runs natively.
+chunked prefill, prefix caching), for every model vLLM runs natively, and for diffeval's two DIFF architectures
+through its vLLM plugin (models/vllm_plugin.py): DiffLlama (V1, models/vllm_diffllama.py; its KV cache holds K and V
+twice) and DiffLlama2 (V2, models/vllm_diffllama2.py; a Llama's KV cache with h_kv heads). DIFF models run with
+tensor_parallel_size 1.
 
 Both backends see identical token ids: prompts are encoded with the model's own tokenizer here and handed to vLLM as
 `TokensPrompt`s. A single-device engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so an interrupted
@@ -24,7 +27,7 @@ from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.loading import describe, load_config, load_tokenizer, stop_token_ids
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
-from diffeval.models.vllm_plugin import DIFF_ARCHITECTURE
+from diffeval.models.vllm_plugin import DIFF_ARCHITECTURE, DIFF_V2_ARCHITECTURE
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
 # diffeval draws its own progress and reports errors in one line; vLLM's notices (allocator hints, kernels it skips on
@@ -38,6 +41,7 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.platforms import current_platform  # noqa: E402
 
+VLLM_DIFF_ARCHITECTURES = (DIFF_ARCHITECTURE, DIFF_V2_ARCHITECTURE)  # V1, V2
 MAX_IDS_PER_REQUEST = 128  # vLLM's bound on logprob_token_ids per request
 CPU_KV_CACHE_CAP_GIB = 2.0  # on CPU the KV cache comes out of RAM: never more than this unless asked
 
@@ -54,10 +58,10 @@ class VLLMBackend:
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
-        if info.is_diff and info.architecture != DIFF_ARCHITECTURE:
+        if info.is_diff and info.architecture not in VLLM_DIFF_ARCHITECTURES:
             raise InputError(
-                f"model {info.name} is a DIFF model of class {info.architecture}; vLLM runs DIFF models of class "
-                f"{DIFF_ARCHITECTURE} only: use --backend hf for it"
+                f"model {info.name} is a DIFF model of class {info.architecture}; vLLM runs DIFF models of classes "
+                f"{' and '.join(VLLM_DIFF_ARCHITECTURES)} only: use --backend hf for it"
             )
         if info.is_diff and settings.tensor_parallel_size > 1:
             raise InputError(
@@ -232,7 +236,8 @@ def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, devic
     if device == "cuda":
         return None
     width = 2 if dtype in ("bfloat16", "float16") else 4
-    caches = 2 if info.is_diff else 1  # diffeval's DiffLlama keeps K and V twice (models/vllm_diffllama.py)
+    # diffeval's DiffLlama (V1) keeps K and V twice (models/vllm_diffllama.py); V2's cache is a Llama's
+    caches = 2 if info.diff_variant == "v1" or info.architecture == DIFF_ARCHITECTURE else 1
     per_token = caches * 2 * (info.layers or 1) * (info.kv_heads or 1) * (info.head_dim or 1) * width
     one_sequence = per_token * (settings.max_model_len + 512)  # + a few blocks: vLLM rounds up
     cap = max(CPU_KV_CACHE_CAP_GIB * 2**30, one_sequence)  # never below what one max-length sequence needs
