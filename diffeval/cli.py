@@ -272,11 +272,12 @@ def models_inspect(
             f"bad --device {device!r} or --dtype {dtype!r}: use {'|'.join(DEVICES)} and {'|'.join(DTYPES)}"
         )
     model_spec = ModelSpec.parse(spec)
-    info = load_model(model_spec, device, dtype, attn_impl="sdpa", trust_remote_code=trust_remote_code).info
+    loaded = load_model(model_spec, device, dtype, attn_impl="sdpa", trust_remote_code=trust_remote_code)
+    info = loaded.info
     table = Table(title=f"{info.name}: {info.spec}", show_header=False)
     for label, value in (
         ("class", info.architecture),
-        ("DIFF", "yes" if info.is_diff else "no (baseline)"),
+        ("DIFF", f"yes ({info.diff_variant or 'declared'})" if info.is_diff else "no (baseline)"),
         ("layers", info.layers),
         ("attention heads", info.heads),
         ("KV heads", info.kv_heads),
@@ -294,6 +295,26 @@ def models_inspect(
         for row in info.lambdas:
             lambdas.add_row(str(row["layer"]), f"{row['lambda_init']:.4f}", f"{row['lambda']:.4f}")
         console.print(lambdas)
+    if info.diff_variant == "v2":
+        _print_v2_lambdas(loaded)
+
+
+V2_PROBE_TOKENS = 256
+
+
+def _print_v2_lambdas(loaded) -> None:
+    """V2's λ is per token: its statistics per layer over a fixed probe text (diffeval's noise haystack)."""
+    from diffeval.data.haystack import NOISE_SENTENCES
+    from diffeval.models.diff import v2_layer_lambdas
+
+    ids = loaded.tokenizer(" ".join(NOISE_SENTENCES), return_tensors="pt").input_ids[:, :V2_PROBE_TOKENS]
+    rows = v2_layer_lambdas(loaded.model, ids.to(loaded.model.device))
+    table = Table(title=f"λ per layer (V2: λ = sigmoid(W_λ·x) per token and head, over a {ids.shape[1]}-token probe)")
+    for column in ("layer", "mean", "std", "min", "max"):
+        table.add_column(column, justify="right")
+    for row in rows:
+        table.add_row(str(row["layer"]), *(f"{row[key]:.4f}" for key in ("mean", "std", "min", "max")))
+    console.print(table)
 
 
 def _print_report(report) -> None:

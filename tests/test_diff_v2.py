@@ -231,3 +231,22 @@ def test_analyses_that_do_not_know_v2_refuse_it_before_any_work(v2_checkpoint, t
                                 "--samples", "1", "--out", str(tmp_path / "attention"))  # fmt: skip
     assert result.returncode == 2 and "attention analysis supports" in result.stderr and "'diffllama2'" in result.stderr
     assert not (tmp_path / "attention").exists()
+
+
+def test_models_inspect_gives_v2_lambda_statistics_per_layer(v2_checkpoint):
+    from diffeval.models.diff import v2_lambda, v2_layer_lambdas
+
+    loaded = load_model(ModelSpec("v2", str(v2_checkpoint)), "cpu")
+    ids = loaded.tokenizer("The grass is green. The sky is blue.", return_tensors="pt").input_ids
+    rows = v2_layer_lambdas(loaded.model, ids)
+    assert [row["layer"] for row in rows] == list(range(loaded.model.config.num_hidden_layers))
+    with torch.inference_mode():  # layer 0's attention input is its input norm of the embeddings
+        layer = loaded.model.model.layers[0]
+        x = layer.input_layernorm(loaded.model.model.embed_tokens(ids))
+        lam = v2_lambda(x, layer.self_attn.lambda_proj.weight)
+    assert rows[0]["mean"] == pytest.approx(float(lam.mean()), abs=1e-6)
+    assert rows[0]["std"] == pytest.approx(float(lam.std()), abs=1e-6) and 0 < rows[0]["min"] <= rows[0]["max"] < 1
+    result = run_cli_in_process("models", "inspect", str(v2_checkpoint))
+    assert result.returncode == 0, result.stderr
+    shown = " ".join(result.stdout.split())  # rich wraps titles to the terminal's width
+    assert "yes (v2)" in shown and "λ = sigmoid(W_λ·x) per token and head" in shown

@@ -124,3 +124,29 @@ def v2_combine(attn_output: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     (batch, seq, 2h, head_dim); `lam` is (batch, seq, h) from `v2_lambda`. Returns (batch, seq, h, head_dim).
     """
     return attn_output[..., 0::2, :] - lam.unsqueeze(-1) * attn_output[..., 1::2, :]
+
+
+def v2_layer_lambdas(model: torch.nn.Module, input_ids: torch.Tensor) -> list[dict[str, float]]:
+    """V2's λ = sigmoid(W_λ · x) per layer over a probe text: mean, standard deviation, min and max over its tokens
+    and heads. x is what each layer's attention receives, caught by a forward pre-hook during one forward pass."""
+    layers = model.get_decoder().layers
+    caught: dict[int, torch.Tensor] = {}
+
+    def catch(index: int):
+        def hook(module, args, kwargs):
+            x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+            caught[index] = v2_lambda(x.float(), module.lambda_proj.weight.float())
+
+        return hook
+
+    handles = [layer.self_attn.register_forward_pre_hook(catch(i), with_kwargs=True) for i, layer in enumerate(layers)]
+    try:
+        with torch.inference_mode():
+            model.get_decoder()(input_ids=input_ids, use_cache=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    return [
+        {"layer": i, **{stat: float(getattr(lam, stat)()) for stat in ("mean", "std", "min", "max")}}
+        for i, lam in sorted(caught.items())
+    ]
