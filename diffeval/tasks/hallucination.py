@@ -194,7 +194,7 @@ def judge(generations: list[dict], config):
                                  doc.reference, row["output"]))  # fmt: skip
         return out
 
-    others: dict[str, dict[str, bool | None]] = {}  # judge id → sample key → verdict
+    others: dict[str, dict[tuple[str, str], bool | None]] = {}  # judge id → (model, sample id) → verdict
     for spec in config.options.judge[1:]:
         other = _make_judge(config, spec)
         try:
