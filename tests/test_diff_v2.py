@@ -226,11 +226,34 @@ def test_cli_runs_needle_on_a_v2_checkpoint(v2_checkpoint, tmp_path):
     assert len(records) == 2 and {r["model"] for r in records} == {"v2"}
 
 
-def test_analyses_that_do_not_know_v2_refuse_it_before_any_work(v2_checkpoint, tmp_path):
-    result = run_cli_in_process("run", "attention", "-m", f"v2={v2_checkpoint}", "--ctx", "512", "--depths", "50",
-                                "--samples", "1", "--out", str(tmp_path / "attention"))  # fmt: skip
-    assert result.returncode == 2 and "attention analysis supports" in result.stderr and "'diffllama2'" in result.stderr
-    assert not (tmp_path / "attention").exists()
+def test_attention_analysis_decomposes_v2_maps_with_the_per_token_lambda(v2_checkpoint, tmp_path):
+    """Table 3 on V2: A1 and A2 are the adjacent query heads' softmax maps (rows sum to 1), λ at each row is
+    sigmoid(W_λ x) of that row's attention input, and A1 − λ·A2 therefore sums to 1 − λ per row."""
+    import numpy as np
+
+    from diffeval.tasks.attention import SEGMENTS, per_map_shares
+
+    backend = HFBackend(load_model(ModelSpec("v2", str(v2_checkpoint)), "cpu"))
+    ids = backend.encode("The grass is green. The sky is blue. The sun is yellow. Here we go.").ids
+    rows, segments = [len(ids) - 3, len(ids) - 1], [i % len(SEGMENTS) for i in range(len(ids))]
+    shares, lambdas = backend.attention_rows(ids, rows, segments, len(SEGMENTS))
+    config = backend.model.config
+    assert shares.shape == (config.num_hidden_layers, 2 * config.num_attention_heads, 2, len(SEGMENTS))
+    assert lambdas.shape == (config.num_hidden_layers, config.num_attention_heads, 2)
+    np.testing.assert_allclose(shares.sum(-1), 1.0, atol=1e-5)
+    with torch.inference_mode():  # layer 0's attention input: its input norm of the embeddings
+        layer = backend.model.model.layers[0]
+        x = layer.input_layernorm(backend.model.model.embed_tokens(torch.tensor([ids])))
+        expected = v2_lambda(x[0, rows], layer.self_attn.lambda_proj.weight).T.numpy()
+    np.testing.assert_allclose(lambdas[0], expected, atol=1e-6)
+    maps = per_map_shares(shares, backend.info, lambdas)
+    np.testing.assert_allclose(maps["diff"]["row_sum"], (1 - lambdas).mean(axis=(1, 2)), atol=1e-6)
+    assert maps["A1"]["row_sum"] == pytest.approx([1.0] * config.num_hidden_layers, abs=1e-5)
+    result = run_cli("run", "attention", "-m", f"v2={v2_checkpoint}", "--ctx", "512", "--depths", "50",
+                     "--samples", "1", "--out", str(tmp_path / "attention"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [record] = [json.loads(line) for line in (tmp_path / "attention" / "samples.jsonl").read_text().splitlines()]
+    assert record["is_diff"] and set(record["shares"]) == {"A1", "A2", "diff"}
 
 
 def test_models_inspect_gives_v2_lambda_statistics_per_layer(v2_checkpoint):

@@ -4,7 +4,9 @@ A capturing implementation, registered as `diffeval_capture`, runs the model's u
 computes softmax(q·Kᵀ·s) only for the chosen query rows from the post-RoPE queries and keys it is handed. It reduces
 each row at once to per-segment sums (answer, other needles, noise, ...), so memory stays O(rows × T) per head.
 Module hooks would see pre-RoPE projections; the interface sees exactly what attention uses. DiffLlama calls the
-interface twice per layer with the same queries and keys (two halves of V), so each layer is captured once.
+interface twice per layer with the same queries and keys (two halves of V), so each layer is captured once. DIFF V2
+(diffllama2) calls it once with 2h query heads; its per-token λ at the chosen rows is caught by a pre-hook on each
+layer's attention, from the same input x its lambda_proj reads.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from diffeval.errors import InputError
+from diffeval.models.diff import v2_lambda
 
 CAPTURE_IMPL = "diffeval_capture"
 # model types whose attention goes through the interface with (B, H, T, d) post-RoPE queries and causal masks
-SUPPORTED_MODEL_TYPES = ("diffllama", "llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES = ("diffllama", "diffllama2", "llama", "mistral", "qwen2")
 
 
 @dataclass
@@ -30,6 +33,7 @@ class RowCapture:
     segment_ids: torch.Tensor  # (T,) segment index of every key position
     n_segments: int
     shares: dict[int, torch.Tensor] = field(default_factory=dict)  # layer → (H, R, S) weight summed per segment
+    lambdas: dict[int, torch.Tensor] = field(default_factory=dict)  # DIFF V2: layer → (h, R) λ at the rows
 
 
 _active: RowCapture | None = None
@@ -80,6 +84,10 @@ def capturing(model, rows: list[int], segment_ids: list[int], n_segments: int):
         segment_ids=torch.tensor(segment_ids, device=device),
         n_segments=n_segments,
     )
+    hooks = []
+    if model.config.model_type == "diffllama2":
+        for index, layer in enumerate(model.get_decoder().layers):
+            hooks.append(layer.self_attn.register_forward_pre_hook(_row_lambdas(capture, index), with_kwargs=True))
     model.set_attn_implementation(CAPTURE_IMPL)
     _active = capture
     try:
@@ -87,3 +95,15 @@ def capturing(model, rows: list[int], segment_ids: list[int], n_segments: int):
     finally:
         _active = None
         model.set_attn_implementation(previous)
+        for hook in hooks:
+            hook.remove()
+
+
+def _row_lambdas(capture: RowCapture, layer: int):
+    """A pre-hook on a V2 layer's attention: λ = sigmoid(W_λ · x) at the captured rows, (h, R)."""
+
+    def hook(module, args, kwargs):
+        x = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
+        capture.lambdas[layer] = v2_lambda(x[0, capture.rows].float(), module.lambda_proj.weight.float()).T.cpu()
+
+    return hook

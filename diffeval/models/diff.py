@@ -126,6 +126,14 @@ def v2_combine(attn_output: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     return attn_output[..., 0::2, :] - lam.unsqueeze(-1) * attn_output[..., 1::2, :]
 
 
+def split_differential_v2(head_shares: torch.Tensor, row_lambdas: torch.Tensor) -> dict[str, torch.Tensor]:
+    """V2's maps from per-query-head shares (2h, rows, ...): A1 = query heads 2i, A2 = query heads 2i + 1, and
+    A1 − λ·A2 with each differential head's λ at each row, `row_lambdas` (h, rows)."""
+    map1, map2 = head_shares[0::2], head_shares[1::2]
+    lam = row_lambdas.reshape(row_lambdas.shape + (1,) * (map2.ndim - row_lambdas.ndim))
+    return {"A1": map1, "A2": map2, "diff": map1 - lam * map2}
+
+
 def v2_layer_lambdas(model: torch.nn.Module, input_ids: torch.Tensor) -> list[dict[str, float]]:
     """V2's λ = sigmoid(W_λ · x) per layer over a probe text: mean, standard deviation, min and max over its tokens
     and heads. x is what each layer's attention receives, caught by a forward pre-hook during one forward pass."""

@@ -156,11 +156,15 @@ class HFBackend:
     @torch.inference_mode()
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int):
         """(layers, heads, rows, segments) numpy array: each head's softmax weight per key segment, for the chosen
-        rows only."""
+        rows only; and, for DIFF V2, its per-token λ at those rows, (layers, h, rows) (None otherwise)."""
         with capturing(self.model, rows, segment_ids, n_segments) as capture:
             # the decoder alone: the LM head over every position would cost T × vocab floats for nothing
             self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
-        return torch.stack([capture.shares[layer] for layer in sorted(capture.shares)]).float().cpu().numpy()
+        shares = torch.stack([capture.shares[layer] for layer in sorted(capture.shares)]).float().cpu().numpy()
+        lambdas = None
+        if capture.lambdas:
+            lambdas = torch.stack([capture.lambdas[layer] for layer in sorted(capture.lambdas)]).numpy()
+        return shares, lambdas
 
 
 def forward_groups(lengths: list[int], max_tokens: int) -> list[list[int]]:

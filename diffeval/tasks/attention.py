@@ -25,7 +25,7 @@ import pandas as pd
 from diffeval.config import option
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
-from diffeval.models.diff import split_differential
+from diffeval.models.diff import split_differential, split_differential_v2
 from diffeval.models.tokenizer import encode_in_context
 from diffeval.paper import TABLE3
 from diffeval.plotting import plt
@@ -85,10 +85,10 @@ def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list
             extended = encode_in_context(backend, prompt.text, [" " + ", ".join(sample.expected)])
             ids = extended.prefix + extended.tails[0]
             rows = list(range(len(extended.prefix) - 1, len(ids) - 1))
-        shares = backend.attention_rows(
+        shares, row_lambdas = backend.attention_rows(
             ids, rows, segment_ids(prompt, len(ids), sample.queries, options.span), len(SEGMENTS)
         )
-        maps = per_map_shares(shares, backend.info)
+        maps = per_map_shares(shares, backend.info, row_lambdas)
         headline = maps[HEADLINE_MAP[backend.info.is_diff]]
         fields = asdict(sample)
         for key in ("sample_id", "haystack_seed"):
@@ -108,11 +108,14 @@ def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list
     return records
 
 
-def per_map_shares(shares, info) -> dict[str, dict[str, list[float]]]:
-    """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}."""
+def per_map_shares(shares, info, row_lambdas=None) -> dict[str, dict[str, list[float]]]:
+    """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}.
+    DIFF V1 pairs heads i and i + H/2 with the layer's λ; V2 pairs adjacent query heads with λ per row."""
     per_layer_maps = []
     for layer, layer_shares in enumerate(shares):
-        if info.is_diff:
+        if row_lambdas is not None:
+            per_layer_maps.append(split_differential_v2(layer_shares, row_lambdas[layer]))
+        elif info.is_diff:
             per_layer_maps.append(split_differential(layer_shares, info.lambdas[layer]["lambda"]))
         else:
             per_layer_maps.append({"softmax": layer_shares})
