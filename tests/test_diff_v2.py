@@ -273,3 +273,25 @@ def test_models_inspect_gives_v2_lambda_statistics_per_layer(v2_checkpoint):
     assert result.returncode == 0, result.stderr
     shown = " ".join(result.stdout.split())  # rich wraps titles to the terminal's width
     assert "yes (v2)" in shown and "λ = sigmoid(W_λ·x) per token and head" in shown
+
+
+def test_attention_logit_instruments_run_on_v2(v2_checkpoint):
+    """Quantized logits (Figure 8) and logit statistics (Table 5) go through the attention interface V2 calls: 16 bits
+    gives the model's own logits, 4 bits changes them, and the statistics see every layer's 2h query heads."""
+    from diffeval.models.activations import logit_statistics, quantized_logits
+
+    loaded = load_model(ModelSpec("v2", str(v2_checkpoint)), "cpu")
+    model, ids = loaded.model, loaded.tokenizer("The grass is green. The sky is blue.", return_tensors="pt").input_ids
+    with torch.inference_mode():
+        reference = model(input_ids=ids).logits
+        with quantized_logits(model, 16):
+            unquantized = model(input_ids=ids).logits
+        with quantized_logits(model, 4):
+            coarse = model(input_ids=ids).logits
+        with logit_statistics(model) as stats:
+            model(input_ids=ids)
+    torch.testing.assert_close(unquantized, reference, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(coarse, reference, atol=1e-4)
+    assert sorted(stats) == list(range(model.config.num_hidden_layers))
+    query_heads = 2 * model.config.num_attention_heads
+    assert all(s.count == query_heads * ids.shape[1] * (ids.shape[1] + 1) // 2 for s in stats.values())
