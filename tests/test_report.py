@@ -86,27 +86,30 @@ def attention_records():
     return records
 
 
+def icl_record(model: str, seed: int, query: int, ok: bool) -> dict:
+    """A scored TREC 10-shot record of test query `query` under the random order `seed`."""
+    return {
+        "model": model,
+        "sample_id": f"{seed}-{query}",
+        "dataset": "trec",
+        "shots": 10,
+        "order": "random",
+        "order_seed": seed,
+        "draw": 0,
+        "test_id": query,
+        "status": "ok",
+        "score": float(ok),
+        "correct": ok,
+    }
+
+
 def icl_records():
     records = []
     for model in ("diff", "base"):
         for seed in range(3):
             for q in range(4):
                 ok = q <= seed if model == "base" else q != 3  # base: 1/4, 2/4, 3/4 over the three orders
-                records.append(
-                    {
-                        "model": model,
-                        "sample_id": f"{seed}-{q}",
-                        "dataset": "trec",
-                        "shots": 10,
-                        "order": "random",
-                        "order_seed": seed,
-                        "draw": 0,
-                        "test_id": q,
-                        "status": "ok",
-                        "score": float(ok),
-                        "correct": ok,
-                    }
-                )
+                records.append(icl_record(model, seed, q, ok))
     return records
 
 
@@ -286,19 +289,7 @@ def clustered_icl_records(winner="diff", test_id=True):
         for q in range(8):
             for seed in range(10):
                 ok = model == winner if q < 2 else (seed + q) % 2 == 0
-                record = {
-                    "model": model,
-                    "sample_id": f"{seed}-{q}",
-                    "dataset": "trec",
-                    "shots": 10,
-                    "order": "random",
-                    "order_seed": seed,
-                    "draw": 0,
-                    "test_id": q,
-                    "status": "ok",
-                    "score": float(ok),
-                    "correct": ok,
-                }
+                record = icl_record(model, seed, q, ok)
                 if not test_id:  # as a run written before ICL declared its clusters would have it
                     del record["test_id"]
                 records.append(record)
