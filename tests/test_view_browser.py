@@ -2,7 +2,7 @@
 command, and as a static export opened from disk. Skips when Playwright or a Chromium binary is absent; `.ci/run`
 installs both.
 
-The README's screenshot comes from `test_screenshot_of_the_built_in_pair`: set DIFFEVAL_SCREENSHOT_DIR=docs to write
+The docs' screenshot (docs/viewer.md) comes from `test_screenshot_of_the_built_in_pair`: set DIFFEVAL_SCREENSHOT_DIR=docs to write
 it there (by default it goes to a temporary folder).
 """
 
@@ -163,7 +163,7 @@ def test_damaged_folder_shows_its_counts(page, tmp_path):
 
 
 def test_screenshot_of_the_built_in_pair(page, tmp_path):
-    """The README's picture: results/toy-pair, one Table 2 cell, DIFF right and baseline wrong, a sample open."""
+    """The docs' picture: results/toy-pair, one Table 2 cell, DIFF right and baseline wrong, a sample open."""
     server, url = _serve(TOY_PAIR)
     try:
         page.set_viewport_size({"width": 1500, "height": 1500})

@@ -110,7 +110,9 @@ def _load_local(name: str, root: Path, count: int) -> list[Document]:
         lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()][:count]
         return [_document(name, json.loads(line)) for line in lines]
     except FileNotFoundError:
-        raise InputError(f"--data-dir {root}: {path.name} is missing; see the README for the expected files") from None
+        raise InputError(
+            f"--data-dir {root}: {path.name} is missing; see docs/tasks/hallucination.md for the expected files"
+        ) from None
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: rows do not have the expected schema ({type(exc).__name__}: {exc})") from None
 

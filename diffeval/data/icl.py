@@ -168,7 +168,9 @@ def _load_local(name: str, root: Path) -> ICLDataset:
         intents = sorted({intent for _, intent in pairs["train"]})
         return _from_named(name, intents, pairs)
     except FileNotFoundError as exc:
-        raise InputError(f"--data-dir {root}: missing {exc.filename}; see the README for the expected layout") from None
+        raise InputError(
+            f"--data-dir {root}: missing {exc.filename}; see docs/tasks/icl.md for the expected layout"
+        ) from None
     except (KeyError, ValueError, json.JSONDecodeError) as exc:
         raise InputError(f"--data-dir {root}: {name} files do not have the expected schema ({exc})") from None
 

