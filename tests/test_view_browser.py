@@ -2,8 +2,8 @@
 command, and as a static export opened from disk. Skips when Playwright or a Chromium binary is absent; `.ci/run`
 installs both.
 
-The docs' screenshot (docs/viewer.md) comes from `test_screenshot_of_the_built_in_pair`: set DIFFEVAL_SCREENSHOT_DIR=docs to write
-it there (by default it goes to a temporary folder).
+The docs' screenshot (docs/viewer.md) comes from `test_screenshot_of_the_built_in_pair`: set
+DIFFEVAL_SCREENSHOT_DIR=docs to write it there (by default it goes to a temporary folder).
 """
 
 from __future__ import annotations
