@@ -26,7 +26,7 @@ app = typer.Typer(
     help="Evaluate Differential-Transformer models against baselines on long-context tasks.",
 )
 run_app = typer.Typer(no_args_is_help=True, help="Run an evaluation task.")
-models_app = typer.Typer(no_args_is_help=True, help="Inspect model checkpoints.")
+models_app = typer.Typer(no_args_is_help=True, help="Inspect and convert model checkpoints.")
 app.add_typer(run_app, name="run")
 app.add_typer(models_app, name="models")
 app.add_typer(toy_app, name="toy")
@@ -315,6 +315,23 @@ def _print_v2_lambdas(loaded) -> None:
     for row in rows:
         table.add_row(str(row["layer"]), *(f"{row[key]:.4f}" for key in ("mean", "std", "min", "max")))
     console.print(table)
+
+
+@models_app.command("convert")
+def models_convert(
+    src: Annotated[str, typer.Argument(help="checkpoint folder in the paper's layout")],
+    dst: Annotated[str, typer.Argument(help="new folder for the converted checkpoint")],
+    source: Annotated[
+        str, Opt("--from", help="unilm-v1:diffattn | unilm-v1:flashdiff1 | unilm-v1:flashdiff2 | unilm-v2")
+    ],
+) -> None:
+    """Convert a Llama-style checkpoint with the paper's own DIFF attention modules (microsoft/unilm) into
+    transformers' DiffLlama (V1) or diffeval's V2, exactly; says where K/V heads are duplicated and what the eps is."""
+    from diffeval.models.convert import convert
+
+    for line in convert(source, src, dst):
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    console.print(f"wrote {dst}: load it with --model {dst}", markup=False, highlight=False, soft_wrap=True)
 
 
 def _print_report(report) -> None:

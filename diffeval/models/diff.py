@@ -91,13 +91,34 @@ def lambda_full(
     return lambda_1 - lambda_2 + lam_init
 
 
-def differential_heads(map1: torch.Tensor, map2: torch.Tensor, lam: torch.Tensor, lam_init: float, eps: float):
+def differential_heads(
+    map1: torch.Tensor, map2: torch.Tensor, lam: torch.Tensor, lam_init: float, eps: float, norm: bool = True
+):
     """Eq. 1 and Eq. 4 on attention outputs: (1 − λ_init) · RMSNorm(A1·V − λ · A2·V).
 
     `map1` and `map2` are (..., H/2, 2·head_dim): differential head i's two softmax maps applied to its double-width
-    value. The RMSNorm has no weight and runs over the 2·head_dim features of each head.
+    value. The RMSNorm has no weight and runs over the 2·head_dim features of each head. `norm=False` is axolotl's
+    `sublayer_norm: false`: the norm becomes the identity and the (1 − λ_init) factor stays.
     """
-    return (1 - lam_init) * torch.nn.functional.rms_norm(map1 - lam * map2, (map1.shape[-1],), eps=eps)
+    heads = map1 - lam * map2
+    if norm:
+        heads = torch.nn.functional.rms_norm(heads, (map1.shape[-1],), eps=eps)
+    return (1 - lam_init) * heads
+
+
+# Config keys that change a DiffLlama's per-head norm (Eq. 4), read by both engines:
+#   sublayer_norm      axolotl's converter (axolotl-ai-cloud/diff-transformer, plugin/convert.py) writes it; false
+#                      replaces the norm by the identity. Stock transformers ignores the key and keeps the norm.
+#   sublayer_norm_eps  diffeval's converter writes it where the trained norm's eps (the paper's subln: 1e-5) is not
+#                      the config's rms_norm_eps, which transformers' DiffLlama uses for that norm.
+# axolotl's other keys (split_heads, zero_init, mirror_weights) only choose how the converted weights were initialised.
+AXOLOTL_INIT_KEYS = ("split_heads", "zero_init", "mirror_weights")
+
+
+def sublayer_norm(config) -> tuple[bool, float]:
+    """Whether a DiffLlama config's layers normalise each differential head (Eq. 4), and with which eps."""
+    eps = getattr(config, "sublayer_norm_eps", None)
+    return bool(getattr(config, "sublayer_norm", True)), float(config.rms_norm_eps if eps is None else eps)
 
 
 def split_differential(head_shares: torch.Tensor, lam: float) -> dict[str, torch.Tensor]:

@@ -20,7 +20,13 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from diffeval.errors import InputError
-from diffeval.models.diff import DIFF_ARCHITECTURES, DIFF_V2_ARCHITECTURES, layer_lambdas
+from diffeval.models.diff import (
+    AXOLOTL_INIT_KEYS,
+    DIFF_ARCHITECTURES,
+    DIFF_V2_ARCHITECTURES,
+    layer_lambdas,
+    sublayer_norm,
+)
 from diffeval.models.spec import ModelInfo, ModelSpec
 
 
@@ -71,10 +77,63 @@ def _check_spec(spec: ModelSpec) -> None:
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
     register_diff_v2()
+    _refuse_older_axolotl(spec)
     try:
-        return AutoConfig.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
+        config = AutoConfig.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
     except Exception as exc:  # a broken checkpoint raises anything from OSError to JSONDecodeError
         raise _load_error(spec, "its config", exc) from None
+    if diff_variant(config) == "v1":
+        check_diff_keys(spec, config)
+    return config
+
+
+def _refuse_older_axolotl(spec: ModelSpec) -> None:
+    """axolotl's first converter saved its own `llama-differential` model (single-width values, a weighted subln,
+    no (1 − λ_init)): no DiffLlama computes it, and transformers cannot read its config."""
+    path = Path(spec.path).expanduser() / "config.json"
+    try:
+        model_type = json.loads(path.read_text()).get("model_type") if path.is_file() else None
+    except (ValueError, AttributeError):
+        return  # AutoConfig reports the broken file
+    if model_type == "llama-differential":
+        raise InputError(
+            f"model {spec.name}: {spec.spec} is axolotl's older LlamaDifferential layout (model_type "
+            '"llama-differential"), which diffeval does not run: convert the base model again with axolotl\'s '
+            "current converter (transformers' DiffLlama, plugin/convert.py)"
+        )
+
+
+def check_diff_keys(spec: ModelSpec, config) -> None:
+    """A DiffLlama config's per-head-norm keys are honoured on every engine (`diff.sublayer_norm`), axolotl's
+    initialisation keys accepted: a value that cannot be honoured is refused here, before any work."""
+    for key in ("sublayer_norm", *AXOLOTL_INIT_KEYS):
+        value = getattr(config, key, None)
+        if hasattr(config, key) and not isinstance(value, bool):
+            raise InputError(
+                f"model {spec.name}: config.json has {key} = {value!r} ({type(value).__name__}); axolotl writes "
+                f"true or false: set it to one of them"
+            )
+    eps = getattr(config, "sublayer_norm_eps", None)
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0):
+        raise InputError(
+            f"model {spec.name}: config.json has sublayer_norm_eps = {eps!r}; it is the per-head norm's epsilon: "
+            "give a positive number, or remove it to use rms_norm_eps"
+        )
+
+
+def honour_sublayer_norm(model, config) -> None:
+    """transformers' DiffLlama builds every layer's per-head norm with rms_norm_eps and ignores `sublayer_norm` and
+    `sublayer_norm_eps`: rebuild it as the config says (axolotl's converter sets `groupnorm = nn.Identity()`)."""
+    enabled, eps = sublayer_norm(config)
+    if enabled and eps == config.rms_norm_eps:
+        return
+    for layer in model.get_decoder().layers:
+        attention = layer.self_attn
+        attention.groupnorm = (
+            torch.nn.RMSNorm(2 * attention.head_dim, eps=eps, elementwise_affine=False)
+            if enabled
+            else torch.nn.Identity()
+        )
 
 
 def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
@@ -180,14 +239,16 @@ def _layout_hint(missing: list[str], unexpected: list[str], misshapen: list[str]
     names = unexpected + missing + misshapen
     if any(".subln." in n or ".out_proj." in n for n in unexpected):
         return (
-            "these are the paper's own Diff-Transformer modules (microsoft/unilm: subln, out_proj), which diffeval "
-            "cannot load yet; save the model in transformers' DiffLlama layout"
+            "these are the paper's own Diff-Transformer modules (microsoft/unilm: subln, out_proj): convert them with "
+            "`diffeval models convert --from unilm-v1:MODULE SRC DST`, MODULE the file they were trained with "
+            "(diffattn, flashdiff1 or flashdiff2)"
         )
     if any(".lambda_proj." in n for n in unexpected):
         return (
             "these are Differential Transformer V2 weights (lambda_proj): give them a V2 config (model_type "
             '"diffllama2", architectures ["DiffLlama2ForCausalLM"], num_attention_heads = the differential heads h, '
-            "q_proj making 2h query heads)"
+            "q_proj making 2h query heads), or, if they were trained with the paper's module (interleaved rotary), "
+            "convert them with `diffeval models convert --from unilm-v2 SRC DST`"
         )
     if missing and all(".lambda_proj." in n for n in missing) and not unexpected:
         return (
@@ -300,6 +361,8 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(spec.path, **kwargs)
     except Exception as exc:  # truncated or mismatched weight files
         raise _load_error(spec, "its weights", exc) from None
+    if diff_variant(config) == "v1":
+        honour_sublayer_norm(model, config)
     model.to(device).eval()
     if tokenizer.pad_token_id is None:
         # batched generation pads on the left; any id works because padded positions are masked out

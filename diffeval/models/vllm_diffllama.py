@@ -5,6 +5,9 @@ model, with exactly transformers' math (the equations live in diffeval/models/di
     λ = exp(λq1 · λk1) − exp(λq2 · λk2) + λ_init,  λ_init = 0.8 − 0.6 · exp(−0.3 · layer)    (Eq. 2, 3; fp32 sums)
     head_i = (1 − λ_init) · RMSNorm(DiffAttn_i(X)),  RMSNorm over 2·head_dim, no weight      (Eq. 4)
 
+The config's `sublayer_norm: false` (axolotl) drops the RMSNorm and keeps the (1 − λ_init) factor; its
+`sublayer_norm_eps` (diffeval's converter) sets the norm's eps instead of rms_norm_eps (`diff.sublayer_norm`).
+
 Head pairing as in transformers: of the H attention heads, heads [0, H/2) are map 1 and [H/2, H) are map 2, and
 differential head i pairs head i with head i + H/2 over a double-width value. That value is KV heads j and
 j + Hkv/2 side by side, where j is head i's KV head (GQA groups as usual). Everything else is vLLM's Llama.
@@ -33,7 +36,7 @@ from vllm.model_executor.layers.rotary_embedding import get_rope
 from vllm.model_executor.models.llama import LlamaDecoderLayer, LlamaForCausalLM
 from vllm.model_executor.models.utils import extract_layer_index
 
-from diffeval.models.diff import differential_heads, lambda_full, lambda_init
+from diffeval.models.diff import differential_heads, lambda_full, lambda_init, sublayer_norm
 
 
 class DiffLlamaAttention(nn.Module):
@@ -63,7 +66,7 @@ class DiffLlamaAttention(nn.Module):
         self.head_dim = getattr(config, "head_dim", None) or hidden_size // num_heads
         self.q_size, self.kv_size = num_heads * self.head_dim, num_kv_heads * self.head_dim
         self.lambda_init = lambda_init(extract_layer_index(prefix))  # Eq. 3 with the 0-based layer index
-        self.eps = config.rms_norm_eps
+        self.norm, self.eps = sublayer_norm(config)  # axolotl's `sublayer_norm: false` runs without the norm
         self.qkv_proj = QKVParallelLinear(
             hidden_size, self.head_dim, num_heads, num_kv_heads, bias=bias, quant_config=quant_config,
             prefix=f"{prefix}.qkv_proj",
@@ -100,7 +103,7 @@ class DiffLlamaAttention(nn.Module):
         map1 = torch.cat([direct[:, :half], crossed[:, :half]], dim=-1)  # A1_i · [V_j, V_j+Hkv/2]
         map2 = torch.cat([crossed[:, half:], direct[:, half:]], dim=-1)  # A2_i · [V_j, V_j+Hkv/2]
         lam = lambda_full(self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2, self.lambda_init)
-        heads = differential_heads(map1, map2, lam.to(q.dtype), self.lambda_init, self.eps)
+        heads = differential_heads(map1, map2, lam.to(q.dtype), self.lambda_init, self.eps, self.norm)
         output, _ = self.o_proj(heads.reshape(-1, self.q_size))
         return output
 
