@@ -63,15 +63,18 @@ def task_options(task: Task) -> dict:
 
 
 def _run_task(task: str, flags: dict) -> None:
-    from diffeval import runner
-    from diffeval.report.tables import build_report
-
     config_path = flags.pop("config")
     flags["models"] = flags.pop("model") or None
     run_config = build_config(task, load_yaml(config_path) if config_path else {}, flags)
+    # the engines load only now, the reports only after a run: a bad option is refused before torch is imported,
+    # and a dry run never imports pandas
+    from diffeval import runner
+
     folder = runner.run(run_config, err_console)
     if folder is None:  # --dry-run
         return
+    from diffeval.report.tables import build_report
+
     [report] = build_report([folder], ["md", "csv"])
     _print_report(report)
     console.print(f"results: {folder.path}  ({', '.join(p.name for p in report.written)})")
@@ -101,7 +104,7 @@ ModelOption, DeviceOption = ENTRY_OPTIONS["model"], _cli_option(_RUN_FIELDS["dev
 LimitOption, OverwriteOption = _cli_option(_RUN_FIELDS["limit"]), _cli_option(_RUN_FIELDS["overwrite"])
 BreakLockOption, BackendOption = _cli_option(_RUN_FIELDS["break_lock"]), _cli_option(_RUN_FIELDS["backend"])
 RayOption, WorkersOption = _cli_option(_RUN_FIELDS["ray"]), _cli_option(_RUN_FIELDS["workers"])
-DryRunOption = _cli_option(_RUN_FIELDS["dry_run"])
+DryRunOption, TokensPerSOption = _cli_option(_RUN_FIELDS["dry_run"]), _cli_option(_RUN_FIELDS["tokens_per_s"])
 FailUnder = Annotated[
     list[str] | None, Opt("--fail-under", help="TASK.METRIC@MODEL=VALUE, e.g. needle.accuracy@diff=0.8; repeatable")
 ]
@@ -122,16 +125,13 @@ def run_suite(
     ray: RayOption = None,
     workers: WorkersOption = None,
     dry_run: DryRunOption = None,
+    tokens_per_s: TokensPerSOption = None,
     fail_under: FailUnder = None,
     paper: Annotated[bool, Opt("--paper", help="add the paper's numbers where the setting matches")] = False,
 ) -> None:
     """Several tasks from one preset into one folder, then their reports (and gates)."""
-    from diffeval import runner
-    from diffeval.report.gates import parse_threshold
-    from diffeval.report.tables import build_report
     from diffeval.suite import suite_configs
 
-    gates = [parse_threshold(g) for g in fail_under or []]
     flags = {
         "models": model or None,
         "backend": backend,
@@ -142,8 +142,15 @@ def run_suite(
         "ray": ray,
         "workers": workers,
         "dry_run": dry_run,
+        "tokens_per_s": tokens_per_s,
     }
     folder, configs = suite_configs(preset, out, flags)
+    # the engines and reports load only now: a bad option or preset is refused before torch or pandas is imported
+    from diffeval import runner
+    from diffeval.report.gates import parse_threshold
+    from diffeval.report.tables import build_report
+
+    gates = [parse_threshold(g) for g in fail_under or []]
     runs = [runner.run(config, err_console) for config in configs]
     if dry_run:
         return
@@ -335,11 +342,13 @@ def models_convert(
 
 
 def _print_report(report) -> None:
+    from diffeval.report.format import markdown_table
     from diffeval.report.tables import title
 
     for key, frame in report.tables.items():
         console.print(f"[bold]{title(key, report.titles)}[/bold]", soft_wrap=True)
-        console.print(frame.to_markdown(floatfmt=".3f"), markup=False, highlight=False, soft_wrap=True)
+        text = markdown_table(key, frame, report.formats)  # the formats of table.md: row labels as columns
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
         if frame.attrs.get("note"):  # how the table's statistics were made (e.g. clusters resampled)
             console.print(f"_{frame.attrs['note']}_", markup=False, highlight=False, soft_wrap=True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from importlib import resources
@@ -148,6 +149,13 @@ class RunConfig:
     cpus_per_worker: float = option(1.0, help="CPUs per Ray worker [default: 1]", identity=False)
     dry_run: bool = option(False, help="print samples and token totals per task and model, load no model",
                            identity=False)  # fmt: skip
+    tokens_per_s: float | None = option(
+        None,
+        help="--dry-run: estimate the time at this many tokens/s per model (prompt + generated, as the progress bar "
+        "counts them); without it, at the rate an earlier run folder of the same models recorded",
+        type=float,
+        identity=False,
+    )
     kv_cache_gib: float | None = option(
         None,
         help="vllm: KV cache size in GiB [default: GPU: from the memory fraction; CPU: what the run needs, <= 2]",
@@ -183,6 +191,11 @@ class RunConfig:
             or (self.gpus_per_worker or 0) < 0
         ):
             raise InputError("--workers and --cpus-per-worker must be positive, --gpus-per-worker not negative")
+        if self.tokens_per_s is not None:
+            if not (math.isfinite(self.tokens_per_s) and self.tokens_per_s > 0):
+                raise InputError(f"--tokens-per-s {self.tokens_per_s:g}: give a positive rate, e.g. 20000")
+            if not self.dry_run:
+                raise InputError("--tokens-per-s only sizes a dry run: add --dry-run, or leave it out")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
         self.options.validate()

@@ -24,8 +24,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from diffeval.errors import InputError
 
 JUDGE_PROMPT = """You check a model's {kind} against its source document for contextual hallucination.
@@ -201,6 +199,8 @@ class ChatJudge(Judge):
         return parse_verdict(self._complete(prompt))
 
     def _complete(self, prompt: str) -> str:
+        import httpx  # here, not at the top: the CLI imports this module at start-up
+
         key = os.environ.get("OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         body = {

@@ -1,6 +1,7 @@
 """Reports, statistics, gates and compare on small hand-made run folders; suites end to end."""
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -340,3 +341,61 @@ def test_compare_resamples_icl_test_queries(tmp_path):
     [report] = build_report([RunFolder(bare_old)], ["md"])
     assert set(report.tables["paired"]["test"]) == {"mcnemar"}
     assert "Records without dataset and test_id" in (bare_old / "table.md").read_text()
+
+
+def test_every_output_prints_a_metric_in_one_format(tmp_path):
+    """The terminal, markdown, LaTeX and HTML show the same texts: an accuracy of 1 as 1.000 beside 0.900, CIs like
+    their metric, and the paired table's row labels as columns, never tuples."""
+    from conftest import run_cli_in_process
+
+    fixture = Path(__file__).parent / "fixtures" / "view-needle"
+    result = run_cli_in_process("report", str(fixture), "--format", "md,csv,latex,html", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    written = tmp_path / fixture.name
+    outputs = {
+        "terminal": result.stdout,
+        "markdown": (written / "table.md").read_text(),
+        "latex": (written / "table.tex").read_text(),
+        "html": (tmp_path / "report.html").read_text(),
+    }
+    for name, text in outputs.items():
+        assert "('diff'" not in text, name
+        rows = _table_rows(text, html=name == "html")
+        assert "base 1.000 0.700" in rows, name  # Table 2: base at 1/1 (every answer right) and at 2/2
+        assert any(row.startswith("diff base all all all score 20 ") for row in rows), name
+    paired = pd.read_csv(written / "paired.csv")  # CSV keeps the raw numbers
+    overall = paired.iloc[0]
+    line = next(c for c in outputs["terminal"].splitlines() if "| all " in c)
+    shown = [cell.strip() for cell in line.strip("|").split("|")]
+    assert shown[:5] == ["diff", "base", "all", "all", "all"]
+    assert shown[7:10] == [f"{overall[c]:.3f}" for c in ("difference", "ci_low", "ci_high")]
+
+
+def _table_rows(text: str, html: bool) -> list[str]:
+    """Each table row's cells, space-separated, from markdown, LaTeX or HTML."""
+    if html:
+        return [" ".join(re.findall(r"<t[dh][^>]*>(.*?)</t[dh]>", row, re.S)) for row in text.split("<tr")]
+    return [
+        " ".join(line.replace("|", " ").replace("&", " ").replace("\\\\", " ").split()) for line in text.splitlines()
+    ]
+
+
+def test_three_way_runs_pair_v2_with_v1_as_well_as_each_diff_with_the_baseline(tmp_path):
+    records = needle_records(diff_correct=(1, 1, 1, 0), base_correct=(1, 0, 0, 0))
+    v2 = [
+        {**r, "model": "v2", "output": "7777777", "score": 0.0, "correct": False}
+        for r in records
+        if r["model"] == "diff"
+    ]
+    models = {
+        "diff": {"is_diff": True, "diff_variant": "v1"},
+        "v2": {"is_diff": True, "diff_variant": "v2"},
+        "base": {"is_diff": False},
+    }
+    folder = _folder(tmp_path, "three", "needle", records + v2, models=models)
+    [report] = build_report([RunFolder(folder)], ["csv"])
+    paired = report.tables["paired"].reset_index()
+    overall = paired[paired["ctx"].astype(str) == "all"].set_index(["diff", "baseline"])
+    assert list(overall.index) == [("diff", "base"), ("v2", "base"), ("v2", "diff")]
+    assert overall.loc[("v2", "diff"), "difference"] == pytest.approx(-0.75)  # v2 0/4 right, V1 3/4
+    assert overall.loc[("v2", "base"), "difference"] == pytest.approx(-0.25)

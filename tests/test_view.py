@@ -4,7 +4,10 @@ page itself."""
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import json
+import re
 import shutil
 import threading
 import urllib.error
@@ -16,12 +19,16 @@ import pandas as pd
 import pytest
 
 from conftest import run_cli, run_cli_in_process
-from diffeval.report.tables import paired_table
+from diffeval.records import Record
+from diffeval.report.tables import build_report, paired_table
+from diffeval.results import RunFolder
+from diffeval.tasks import TASKS
 from diffeval.view.data import open_run, outcome, sample_detail, sample_index, summary
 from diffeval.view.server import Runs, make_server
 
 FIXTURE = Path(__file__).parent / "fixtures" / "view-needle"  # a small needle run of the built-in pair
 TOY_PAIR = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
+PLUGIN = Path(__file__).resolve().parent / "plugin"
 
 
 def _records(folder: Path) -> pd.DataFrame:
@@ -61,10 +68,11 @@ def test_every_table_cell_lists_the_records_it_averages():
 
 
 def test_outcome_is_right_or_wrong_only_where_a_record_says_so():
-    assert outcome({"correct": True, "score": 0.5}) is True
-    assert outcome({"verdict": False, "score": 0.0}) is False  # a hallucination verdict
-    assert outcome({"accuracy": 1.0, "score": 1.0}) is None  # an aggregate that happens to be 1
-    assert outcome({"answer_share": 0.3}) is None
+    assert outcome({"correct": True, "score": 0.5}, "correct") is True
+    assert outcome({"verdict": False, "score": 0.0}, "verdict") is False  # a hallucination verdict
+    assert outcome({"verdict": None, "score": None}, "verdict") is None  # unparsed
+    assert outcome({"accuracy": 1.0, "score": 1.0}, "correct") is None  # an aggregate that happens to be 1
+    assert outcome({"answer_share": 0.3, "correct": True}, None) is None  # a task that declares no outcome
 
 
 def test_paper_rows_list_nothing():
@@ -87,50 +95,115 @@ def test_index_pairs_as_the_paired_statistics_do():
     assert diff_right == set(frame.index[frame["diff"] & ~frame["base"]]) and len(diff_right) == 6
 
 
+def _blocks(detail: dict, kind: str, model: str | None = None) -> list[dict]:
+    """Every block of a type in a sample's view, sections opened, optionally one model's (a section's blocks are its
+    model's)."""
+    found, stack = [], [(b, None) for b in detail["view"]["blocks"]]
+    while stack:
+        block, owner = stack.pop(0)
+        owner = block.get("model", owner)
+        stack += [(inner, owner) for inner in block.get("blocks", [])]
+        if block["type"] == kind and (model is None or owner == model):
+            found.append(block)
+    return found
+
+
+def _marks(pieces: list, kind: str) -> list[dict]:
+    """The marks of a kind (one of its CSS class names) in a Text block's pieces, nested ones too."""
+    found = []
+    for piece in pieces:
+        if isinstance(piece, dict) and "mark" in piece:
+            found += [piece] if kind in piece.get("kind", "").split() else []
+            found += _marks(piece["mark"], kind)
+    return found
+
+
+def _plain(pieces: list) -> str:
+    """A Text block's text as the page shows it expanded."""
+    out = []
+    for piece in pieces:
+        if isinstance(piece, str):
+            out.append(piece)
+        elif "mark" in piece:
+            out.append(_plain(piece["mark"]))
+        else:
+            out.append(piece.get("span", piece.get("text", "")))
+    return "".join(out)
+
+
 def test_needle_view_highlights_the_recorded_spans():
     view = open_run(0, FIXTURE)
     frame = _records(FIXTURE)
     two_needles = frame[frame["needles"] == 2].iloc[0]
     detail = sample_detail(view, two_needles["sample_id"])
     assert set(detail["records"]) == {"diff", "base"}
-    for model, prompt in detail["view"]["prompts"].items():
-        record = detail["records"][model]
-        assert prompt["matches_record"] and prompt["tokens"] == record["prompt_tokens"]
-        needles = [s for s in prompt["segments"] if s["kind"] == "needle"]
-        assert sorted(s["number"] for s in needles) == sorted(record["numbers"])
-        assert [s["number"] for s in needles if s["queried"]] == [s["expected"] for s in needles if s["queried"]]
-        for segment in needles:
-            assert segment["number_tokens"] == record["spans"]["numbers"][record["numbers"].index(segment["number"])]
-        # the segments tile the prompt: head, haystack, needles and tail put back together give the whole text
-        text = "".join(
-            s.get("text", "") if s["kind"] != "needle" else s["before"] + s["number"] + s["after"]
-            for s in prompt["segments"]
-        )
-        assert text.startswith("Some special magic numbers") and text.rstrip().endswith("provided text are:")
-        elided = sample_detail(view, two_needles["sample_id"], full_text=False)["view"]["prompts"][model]
-        stretches = [s for s in elided["segments"] if s["kind"] == "haystack" and "head" in s]
-        assert stretches and all("text" not in s for s in stretches)
+    for model, record in detail["records"].items():
+        [section] = [b for b in detail["view"]["blocks"] if b["model"] == model]
+        assert section["title"] == f"Prompt as {model} tokenized it ({record['prompt_tokens']} tokens)"
+        assert not _blocks(detail, "notice", model)  # the rebuilt prompt is the recorded one
+        [text] = _blocks(detail, "text", model)
+        numbers = _marks(text["pieces"], "number")
+        assert sorted(_plain(n["mark"]) for n in numbers) == sorted(record["numbers"])
+        queried = [m for m in _marks(text["pieces"], "needle") if "other" not in m["kind"]]
+        assert sorted(_plain(_marks(m["mark"], "number")[0]["mark"]) for m in queried) == sorted(record["expected"])
+        for number in numbers:  # each number marked at exactly its recorded token span
+            start, end = record["spans"]["numbers"][record["numbers"].index(_plain(number["mark"]))]
+            assert number["note"].startswith(f"recorded span: tokens {start}-{end} ")
+        # the pieces tile the prompt: head, haystack, needles and tail put back together give the whole text
+        whole = _plain(text["pieces"])
+        assert whole.startswith("Some special magic numbers") and whole.rstrip().endswith("provided text are:")
+        elided = sample_detail(view, two_needles["sample_id"], full_text=False)
+        [short] = _blocks(elided, "text", model)
+        stretches = [p for p in short["pieces"] if isinstance(p, dict) and "head" in p]
+        assert stretches and all("text" not in p for p in stretches)
+        assert all(p["hidden"].endswith(" haystack tokens …") for p in stretches)
+    comparison = detail["comparison"]
+    assert comparison["headings"] == ["model", "expected", "output", "score", ""]
+    assert [row["model"] for row in comparison["rows"]] == ["diff", "base"]
+    for row in comparison["rows"]:
+        record = detail["records"][row["model"]]
+        assert row["cells"] == [", ".join(record["expected"]), record["output"], f"{record['score']:.3f}"]
+        assert row["right"] is record["correct"]
 
 
-def test_icl_and_hallucination_views(tmp_path):
-    icl_run, hal_run = tmp_path / "icl", tmp_path / "hal"
+@pytest.fixture(scope="module")
+def task_runs(tmp_path_factory) -> dict[str, Path]:
+    """Small real runs of the built-in pair: icl, hallucination and attention (with the needle fixture, every task
+    that has a sample view)."""
+    root = tmp_path_factory.mktemp("views")
     common = ["--ctx", "1k", "--data-dir", "package:fixtures"]
-    icl = run_cli(
-        "run", "icl", *common, "--shots", "8", "--orders", "grouped", "--test-size", "2", "--out", str(icl_run)
-    )
-    assert icl.returncode == 0, icl.stderr
-    hal = run_cli("run", "hallucination", *common, "--dataset", "xsum", "--samples", "2", "--judge", "overlap",
-                  "--out", str(hal_run))  # fmt: skip
-    assert hal.returncode == 0, hal.stderr
+    commands = {
+        "icl": ["icl", *common, "--shots", "8", "--orders", "grouped", "--test-size", "2"],
+        "hallucination": ["hallucination", *common, "--dataset", "xsum", "--samples", "2", "--judge", "overlap"],
+        "attention": ["attention", "--ctx", "1k", "--depths", "50", "--samples", "1"],
+    }
+    for name, args in commands.items():
+        result = run_cli("run", *args, "--out", str(root / name))
+        assert result.returncode == 0, result.stderr
+    return {name: root / name for name in commands} | {"needle": FIXTURE}
 
+
+def test_icl_and_hallucination_views(task_runs):
+    icl_run, hal_run = task_runs["icl"], task_runs["hallucination"]
     view = open_run(0, icl_run)
     index = sample_index(view)
     detail = sample_detail(view, index["samples"][0])
     record = detail["records"]["diff"]
-    sequence = detail["view"]["sequence"]
+    [labels] = _blocks(detail, "labels")
+    sequence = labels["sequence"]
     assert len(sequence) == 8 and sequence == sorted(sequence)  # grouped order 0: sorted by label id
-    assert detail["view"]["labels"][record["gold"]] == record["gold_label"]
-    assert detail["view"]["query"]
+    assert labels["names"][record["gold"]] == record["gold_label"]
+    [query] = [b for b in _blocks(detail, "text") if b["title"] == "Test query"]
+    assert _plain(query["pieces"])
+    for model, record in detail["records"].items():
+        [section] = [b for b in _blocks(detail, "section", model)]
+        assert section["right"] is record["correct"] and f"gold {record['gold_label']}" in section["title"]
+        [bars] = _blocks(detail, "bars", model)
+        assert [b["value"] for b in bars["bars"]] == record["label_scores"]
+        assert [b["emphasis"] for b in bars["bars"]].index(True) == record["prediction"]
+        assert [b["note"] for b in bars["bars"]].index("(gold)") == record["gold"]
+        assert all(b["text"] == f"{b['value']:.3f}" for b in bars["bars"])
+    assert detail["comparison"]["headings"] == ["model", "gold_label", "predicted_label", "score", ""]
 
     view = open_run(0, hal_run)
     frame = view.loaded.frame
@@ -142,10 +215,83 @@ def test_icl_and_hallucination_views(tmp_path):
             else:
                 assert _matching(frame, cell)["score"].mean() == pytest.approx(value, abs=5.1e-4)
     detail = sample_detail(view, sample_index(view)["samples"][0])
-    document = detail["view"]["document"]
+    [document] = [b for b in _blocks(detail, "text") if b["title"].startswith("Document")]
     source = json.loads((Path(view.config.options.data_dir) / "xsum.jsonl").read_text().splitlines()[0])
-    assert document["text"] == source["document"] and document["chars"] == len(source["document"])
+    assert _plain(document["pieces"]) == source["document"]
+    assert document["title"] == f"Document ({len(source['document'])} characters)"
     assert {r["judge_kind"] for r in detail["records"].values()} == {"proxy"}
+    [outputs] = _blocks(detail, "outputs")
+    for row in outputs["rows"]:
+        record = detail["records"][row["model"]]
+        assert row["text"] == record["output"] and row["right"] is record["verdict"]
+        assert {"label": "judge", "text": record["judge"]} in row["fields"]
+    assert detail["comparison"]["headings"] == ["model", "reference", "output", "score", ""]
+
+
+def test_attention_view_charts_every_map_per_layer(task_runs):
+    view = open_run(0, task_runs["attention"])
+    detail = sample_detail(view, sample_index(view)["samples"][0])
+    for model, record in detail["records"].items():
+        charts = _blocks(detail, "chart", model)
+        assert [c["title"] for c in charts] == list(record["shares"])  # A1, A2, diff for DIFF; softmax for a baseline
+        for chart in charts:
+            shares = record["shares"][chart["title"]]
+            assert chart["categories"] == [f"L{i}" for i in range(len(shares["answer"]))]
+            segments = {k: v for k, v in shares.items() if k != "row_sum"}
+            assert {s["name"]: s["values"] for s in chart["series"]} == segments
+            assert all(text == f"{v:.3f}" for s in chart["series"] for v, text in zip(s["values"], s["texts"]))
+    assert detail["comparison"]["headings"] == ["model", "answer_share", ""]  # no answer, no right or wrong
+    assert all(row["right"] is None for row in detail["comparison"]["rows"])
+
+
+def _plugin_task(monkeypatch):
+    """The plugin's echo task, imported from its folder (this process runs without the plugin's entry points)."""
+    monkeypatch.syspath_prepend(str(PLUGIN))
+    return importlib.import_module("diffeval_probe_plugin").TASK
+
+
+# words the page uses in their web or its own sense, never read from a record: an element's id, <span>, an element's
+# dataset, the page's sample index and table rows
+PAGE_WORDS = {"id", "span", "dataset", "index", "rows"}
+
+
+def test_the_viewer_script_names_no_task_and_no_task_field(task_runs, monkeypatch):
+    script = (Path(__file__).resolve().parents[1] / "diffeval" / "view" / "static" / "viewer.js").read_text()
+    tasks = [*TASKS.values(), _plugin_task(monkeypatch)]
+    names = {task.name for task in tasks}
+    fields = set()
+    for task in tasks:
+        fields |= {*task.summary_keys, *(task.pair_keys or ()), *task.metrics.values(), task.summary_value}
+        fields |= {c for c in (task.listing.answer, task.listing.expected, task.listing.outcome) if c}
+        fields |= set(task.cluster_keys or ())
+    for folder in task_runs.values():
+        fields |= set(_records(folder).columns)
+    envelope = {f.name for f in dataclasses.fields(Record) if f.name != "fields"}  # every task's records hold these
+    fields -= envelope | PAGE_WORDS
+    assert {"gold_label", "reference", "verdict", "label_scores", "shares", "expected", "output"} <= fields
+    found = {word for word in names | fields if re.search(rf"\b{re.escape(word)}\b", script, re.IGNORECASE)}
+    assert not found, f"viewer.js names {sorted(found)}"
+
+
+def test_viewer_tables_show_the_reports_texts(task_runs, tmp_path):
+    """One format per metric: the page's table cells are the markdown report's, integral accuracies with decimals,
+    CIs like their metric, the paired table's row labels as columns."""
+    for name in ("needle", "icl", "hallucination", "attention"):
+        view = open_run(0, task_runs[name])
+        build_report([RunFolder(task_runs[name])], ["md"], out=tmp_path / name)
+        page = (tmp_path / name / task_runs[name].name / "table.md").read_text()
+        for table in summary(view)["tables"]:
+            for row in table["rows"]:
+                line = "|".join(f" {cell} " for cell in [*row["label"], *row["texts"]])
+                assert any(" ".join(line.split()) in " ".join(text.split()) for text in page.splitlines()), line
+        paired = next(t for t in summary(view)["tables"] if t["key"] == "paired")
+        assert paired["index_names"][:2] == ["diff", "baseline"] and "('diff'" not in page
+        for row in paired["rows"]:
+            for column in ("difference", "ci_low", "ci_high"):
+                text = row["texts"][paired["columns"].index(column)]
+                assert re.fullmatch(r"-?\d+\.\d{3}", text), text
+    grid = next(t for t in summary(open_run(0, FIXTURE))["tables"] if t["key"] == "table2")
+    assert grid["rows"][1]["texts"][0] == "1.000" and grid["rows"][0]["texts"][0] == "0.900"  # the issue's example
 
 
 def test_a_prompt_that_no_longer_matches_its_record_is_flagged(tmp_path):
@@ -156,10 +302,14 @@ def test_a_prompt_that_no_longer_matches_its_record_is_flagged(tmp_path):
     (folder / "run.json").write_text(json.dumps(run))
     view = open_run(0, folder)
     detail = sample_detail(view, sample_index(view)["samples"][0])
-    for prompt in detail["view"]["prompts"].values():
-        assert not prompt["matches_record"]
-        needles = [s for s in prompt["segments"] if s["kind"] == "needle"]
-        assert [s["number"] for s in needles] == [s["expected"] for s in needles]  # cut at the rebuilt prompt's spans
+    for model, record in detail["records"].items():
+        [notice] = _blocks(detail, "notice", model)
+        assert notice["level"] == "warning" and "differs from the recorded one" in notice["text"]
+        [text] = _blocks(detail, "text", model)
+        numbers = _marks(text["pieces"], "number")
+        assert len(numbers) == record["needles"]
+        for number in numbers:  # cut at the rebuilt prompt's spans: each mark holds exactly its needle's number
+            assert number["note"].endswith(f"(expected {_plain(number['mark'])})")
 
 
 def test_damaged_and_empty_folders_show_counts(tmp_path):
@@ -209,7 +359,8 @@ def test_server_answers_the_page_and_its_data(served):
     index = json.loads(_get(url + "/api/runs/0/index")[1])
     status, body = _get(f"{url}/api/runs/0/samples/{index['samples'][0]}?full=1")
     detail = json.loads(body)
-    assert status == 200 and all(p["full_text"] for p in detail["view"]["prompts"].values())
+    texts = [p for b in _blocks(detail, "text") for p in b["pieces"] if isinstance(p, dict) and "head" in p]
+    assert status == 200 and texts and all("text" in p for p in texts)  # every elided stretch comes whole too
     nowhere = ["/api/runs/0/samples/nosuchsample", "/api/runs/7/index", "/api/runs/-1/index", "/nowhere"]
     nowhere += ["/static/../run.json", f"/static/{quote(str(folder / 'run.json'), safe='')}", "/static/index.py"]
     for path in nowhere:

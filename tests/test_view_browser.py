@@ -181,3 +181,63 @@ def test_screenshot_of_the_built_in_pair(page, tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+PLUGIN = Path(__file__).parent / "plugin"
+
+
+def test_a_plugin_tasks_view(page, tiny_models, tmp_path):
+    """A task from another package (tests/plugin's echo, found through its entry point) shows its own sample view:
+    blocks it declared, rendered by a page that knows no task."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(PLUGIN)}
+    folder = tmp_path / "echo"
+    models = ["-m", f"first={tiny_models['diff']}", "-m", f"second={tiny_models['base_a']}"]
+    run = subprocess.run(
+        [sys.executable, "-m", "diffeval", "run", "echo", *models, "--count", "2", "--prefix", "Count", "--out",
+         str(folder)], capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    records = pd.read_json(folder / "samples.jsonl", lines=True).set_index(["sample_id", "model"])
+    errors = (tmp_path / "stderr").open("w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "diffeval", "view", str(folder)], stdout=subprocess.PIPE, stderr=errors, text=True,
+        env=env,
+    )  # fmt: skip
+    try:
+        ready, _, _ = select.select([process.stdout], [], [], 120)
+        line = process.stdout.readline() if ready else ""
+        assert line.startswith("diffeval view: http://127.0.0.1:"), line + (tmp_path / "stderr").read_text()
+        page.goto(line.split()[2])
+        page.wait_for_selector("#sample-list tbody tr")
+        listed = page.locator("#sample-list tbody tr.sample-row")
+        assert listed.count() == 2
+        sample = listed.first.get_attribute("data-sample")
+        index = int(records.loc[(sample, "first"), "index"])
+        listed.first.click()
+        page.wait_for_selector(".prompt mark.prefix")
+
+        assert page.text_content(".prompt mark.prefix") == "Count"  # the prompt rebuilt from the run's --prefix
+        assert page.inner_text(".prompt") == f"Count {index}:"
+        setting = page.locator(".block:has(h3:text-is('Setting')) dl.fields")
+        assert setting.locator("dt").all_text_contents() == ["prefix", "sample"]
+        assert setting.locator("dd").all_text_contents() == ["Count", str(index)]
+        assert page.locator("#comparison th").all_text_contents() == ["model", "output", "score", "", "first", "second"]
+        for model in ("first", "second"):
+            record = records.loc[(sample, model)]
+            block = page.locator(f".outputs .model-block[data-model='{model}']")
+            assert block.locator("p.mono").text_content() == record["output"]
+            verdict = f"{'non-empty' if record['nonempty'] else 'empty'} {'✓' if record['nonempty'] else '✗'}"
+            assert block.locator("h3").text_content() == f"{model}: {verdict}"
+            assert block.locator("dd").all_text_contents()[0] == str(record["new_tokens"])
+            row = page.locator(f"#comparison tr[data-model='{model}']")
+            assert row.locator("td").nth(0).text_content() == record["output"]
+            assert row.locator("td").nth(1).text_content() == f"{record['score']:.3f}"
+        bars = page.locator("table.bars tr")
+        assert bars.locator("th").all_text_contents() == ["first", "second"]
+        assert bars.locator("td:nth-child(2)").all_text_contents() == [
+            str(records.loc[(sample, m), "new_tokens"]) for m in ("first", "second")
+        ]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+        errors.close()

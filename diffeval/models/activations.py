@@ -21,7 +21,6 @@ from transformers.masking_utils import AttentionMaskInterface, eager_mask, sdpa_
 
 QUANT_IMPL = "diffeval_quant"
 STATS_IMPL = "diffeval_logit_stats"
-GRANULARITIES = ("tensor", "head", "row")
 # |value| histogram: log-spaced bins from 1e-6 to 1e6; a median read from it is off by at most one bin's width,
 # a relative error of 10**(12/HIST_BINS) − 1 ≈ 0.28 %
 HIST_LOW, HIST_HIGH, HIST_BINS = -6.0, 6.0, 10_000

@@ -15,6 +15,7 @@ import pandas as pd
 
 from diffeval.errors import InputError
 from diffeval.intervals import BOOTSTRAP_RESAMPLES, summarize
+from diffeval.report.format import NumberFormats, html_table, latex_table, markdown_table
 from diffeval.report.stats import cluster_labels, paired_difference
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
@@ -48,6 +49,7 @@ class RunReport:
     duplicates: int
     frame: pd.DataFrame  # the records the tables came from (gates reuse them)
     titles: dict[str, str] = field(default_factory=dict)  # table key → title (the task's, with its scoring rule)
+    formats: NumberFormats = field(default_factory=NumberFormats)  # the task's decimals, for every table output
     plots: list[Path] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
 
@@ -123,18 +125,20 @@ def report_run(
     paired = paired_table(loaded.run, frame, task)
     if not paired.empty:
         tables["paired"] = paired
+    numbers = NumberFormats.of(task)
     report = RunReport(
-        folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, titles, [], [target / "summary.csv"]
-    )
+        folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, titles, numbers, [],
+        [target / "summary.csv"],
+    )  # fmt: skip
     if "md" in formats:
-        report.written.append(_write(target / "table.md", markdown(tables, note, titles)))
+        report.written.append(_write(target / "table.md", markdown(tables, note, titles, numbers)))
     if "csv" in formats:
         for key, table in tables.items():
             path = target / f"{_slug(key)}.csv"
             table.to_csv(path)
             report.written.append(path)
     if "latex" in formats:
-        report.written.append(_write(target / "table.tex", latex_document(tables, note, titles)))
+        report.written.append(_write(target / "table.tex", latex_document(tables, note, titles, numbers)))
     # a run in which nothing could be scored (every verdict unparsed, every prompt over budget) has counts and
     # tables, but nothing to draw
     scored = task.summary_value in frame and frame[task.summary_value].notna().any()
@@ -166,27 +170,31 @@ def build_report(
 
 
 def sample_pairs(run: dict, frame: pd.DataFrame, task: Task) -> list[tuple[str, str, pd.DataFrame]]:
-    """Every DIFF model with every baseline, joined on the samples both scored: the pairing of the paired statistics
-    and of `diffeval view`'s "DIFF right, baseline wrong" filters. None for a task without sample-level pairs."""
+    """Every DIFF model with every baseline, then every DIFF V2 model with every V1 model (V1 in the baseline's
+    place), joined on the samples both scored: the pairing of the paired statistics and of `diffeval view`'s
+    "DIFF right, baseline wrong" filters. None for a task without sample-level pairs."""
     value = task.summary_value
     if task.pair_keys is None:
         return []
-    kinds = {name: info.get("is_diff", False) for name, info in run.get("models", {}).items()}
-    diffs = [m for m in frame["model"].unique() if kinds.get(m)]
-    bases = [m for m in frame["model"].unique() if m in kinds and not kinds[m]]
+    models = run.get("models", {})
+    present = [m for m in frame["model"].unique() if m in models]
+    diffs = [m for m in present if models[m].get("is_diff")]
+    bases = [m for m in present if not models[m].get("is_diff")]
+    variant = {m: models[m].get("diff_variant") or "v1" for m in diffs}  # runs older than V2 hold only V1
+    later = [(v2, v1) for v2 in diffs for v1 in diffs if variant[v2] == "v2" and variant[v1] == "v1"]
     pairs = []
-    for diff in diffs:
-        for base in bases:
-            left = frame[frame["model"] == diff].dropna(subset=[value])
-            right = frame[frame["model"] == base].dropna(subset=[value])
-            joined = left.merge(right[["sample_id", value]], on="sample_id", suffixes=("", "_base"))
-            if not joined.empty:
-                pairs.append((diff, base, joined))
+    for diff, base in [(diff, base) for diff in diffs for base in bases] + later:
+        left = frame[frame["model"] == diff].dropna(subset=[value])
+        right = frame[frame["model"] == base].dropna(subset=[value])
+        joined = left.merge(right[["sample_id", value]], on="sample_id", suffixes=("", "_base"))
+        if not joined.empty:
+            pairs.append((diff, base, joined))
     return pairs
 
 
 def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
-    """Every DIFF model against every baseline on the samples both scored, per the task's pairing cells and overall."""
+    """Every pair of `sample_pairs` (DIFF vs baseline, V2 vs V1) on the samples both scored, per the task's pairing
+    cells and overall."""
     value = task.summary_value
     keys = list(task.pair_keys or ())
     rows, cells, pooled = [], [], False
@@ -203,7 +211,7 @@ def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
             cells.append({"pair": [diff, base], **within})  # the samples both scored, as `sample_pairs` joins them
     if not rows:
         return pd.DataFrame()
-    table = pd.DataFrame(rows).set_index(["diff", "baseline", *keys]).round(4)
+    table = pd.DataFrame(rows).set_index(["diff", "baseline", *keys])  # unrounded: report/format.py shows it
     table = with_cells(table, cells, [{}] * table.shape[1])
     table.attrs["note"] = paired_note(task, table, pooled)
     return table
@@ -230,35 +238,34 @@ def paired_note(task: Task, table: pd.DataFrame, pooled: bool) -> str:
     return " ".join(notes)
 
 
-def markdown(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str]) -> str:
+def markdown(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str], formats: NumberFormats) -> str:
     parts = [f"_{note}_\n"]
     for key, table in tables.items():
-        parts.append(f"### {title(key, titles)}\n\n{table.to_markdown(floatfmt='.3f')}\n")
+        parts.append(f"### {title(key, titles)}\n\n{markdown_table(key, table, formats)}\n")
         if table.attrs.get("note"):
             parts.append(f"_{table.attrs['note']}_\n")
     return "\n".join(parts)
 
 
-def latex_tables(tables: dict[str, pd.DataFrame], titles: dict[str, str]) -> str:
+def latex_tables(tables: dict[str, pd.DataFrame], titles: dict[str, str], formats: NumberFormats) -> str:
     """booktabs tables (pandas writes \\toprule/\\midrule/\\bottomrule), special characters escaped."""
     return "\n".join(
-        table.to_latex(
-            float_format="%.3f",
+        latex_table(
+            key,
+            table,
+            formats,
             caption=_latex_escape(". ".join(filter(None, (title(key, titles), table.attrs.get("note"))))),
             label=f"tab:{_slug(key)}",
-            escape=True,
-            na_rep="--",
-            multirow=False,
         )
         for key, table in tables.items()
     )
 
 
-def latex_document(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str]) -> str:
+def latex_document(tables: dict[str, pd.DataFrame], note: str, titles: dict[str, str], formats: NumberFormats) -> str:
     return (
         "\\documentclass{article}\n\\usepackage{booktabs}\n\\usepackage[margin=1cm,landscape]{geometry}\n"
         "\\begin{document}\n\\small\n"
-        f"\\noindent {_latex_escape(note)}\n\n{latex_tables(tables, titles)}\n\\end{{document}}\n"
+        f"\\noindent {_latex_escape(note)}\n\n{latex_tables(tables, titles, formats)}\n\\end{{document}}\n"
     )
 
 
@@ -279,7 +286,7 @@ def html_page(reports: list[RunReport]) -> str:
             )
         for key, table in report.tables.items():
             heading = html.escape(title(key, report.titles))
-            parts.append(f"<h3>{heading}</h3>{table.to_html(float_format='%.3f', na_rep='')}")
+            parts.append(f"<h3>{heading}</h3>{html_table(key, table, report.formats)}")
             if table.attrs.get("note"):
                 parts.append(f"<p><em>{html.escape(table.attrs['note'])}</em></p>")
         for plot in report.plots:

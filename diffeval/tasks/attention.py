@@ -19,19 +19,19 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from diffeval.config import option
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
-from diffeval.models.diff import split_differential, split_differential_v2
 from diffeval.models.tokenizer import encode_in_context
 from diffeval.paper import TABLE3
-from diffeval.plotting import plt
 from diffeval.records import Record
 from diffeval.tasks import needle
-from diffeval.tasks.base import Task, with_cells
+from diffeval.tasks.base import Listing, Task, with_cells
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import pandas as pd
 
 SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
 HEADLINE_MAP = {True: "diff", False: "softmax"}
@@ -111,6 +111,8 @@ def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list
 def per_map_shares(shares, info, row_lambdas=None) -> dict[str, dict[str, list[float]]]:
     """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}.
     DIFF V1 pairs heads i and i + H/2 with the layer's λ; V2 pairs adjacent query heads with λ per row."""
+    from diffeval.models.diff import split_differential, split_differential_v2
+
     per_layer_maps = []
     for layer, layer_shares in enumerate(shares):
         if row_lambdas is not None:
@@ -133,6 +135,8 @@ def _mean(values: list[float]) -> float:
 
 def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]:
     """Table 3 always carries the paper's rows: the issue's headline comparison (see the module docstring)."""
+    import pandas as pd
+
     frame = records.assign(length=records["ctx"].map(needle.format_ctx))
     multi_length = frame["length"].nunique() > 1
     out = {}
@@ -163,6 +167,8 @@ def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]
 
 
 def _paper_rows(depths: list[int]) -> pd.DataFrame:
+    import pandas as pd
+
     rows = {
         model: {f"{segment} {d}%": values[segment].get(d) for segment in ("answer", "noise") for d in depths}
         for model, values in TABLE3.items()
@@ -172,6 +178,8 @@ def _paper_rows(depths: list[int]) -> pd.DataFrame:
 
 def _segment_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean raw and normalised share of every segment, per model and map."""
+    import pandas as pd
+
     rows = []
     for model, group in frame.groupby("model", sort=False):
         for name in group["shares"].iloc[0]:
@@ -186,6 +194,8 @@ def _segment_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Raw answer share of the headline map per layer (rows = layers, columns = models)."""
+    import pandas as pd
+
     columns = {}
     for model, group in frame.groupby("model", sort=False):
         name = HEADLINE_MAP[bool(group["is_diff"].iloc[0])]
@@ -198,6 +208,8 @@ def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     """Answer and noise shares by depth, both models side by side; per-layer answer share curves."""
+    from diffeval.plotting import plt
+
     by_depth = records.groupby(["depth", "model"], sort=False)[["answer_share", "noise_share"]].mean().unstack()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, column, title in zip(axes, ("answer_share", "noise_share"), ("attention to answer", "attention noise")):
@@ -216,6 +228,29 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     fig.savefig(curves, dpi=120)
     plt.close(fig)
     return [bars, curves]
+
+
+SEGMENT_COLOURS = {  # the viewer's chart colours
+    "answer": "#d62728", "needles": "#ff7f0e", "noise": "#7f7f7f", "scaffold": "#1f77b4", "sink": "#9467bd",
+}  # fmt: skip
+
+
+def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None):
+    """For `diffeval view`: per model, a chart per attention map of every segment's share, layer by layer, from the
+    records alone."""
+    from diffeval.tasks.blocks import Chart, Document, Section, Series
+
+    sections = []
+    for model, record in records.items():
+        charts = []
+        for name, shares in (record.get("shares") or {}).items():
+            layers = len(shares["answer"])
+            series = [Series(segment, shares[segment], SEGMENT_COLOURS[segment]) for segment in SEGMENTS]
+            charts.append(Chart([f"L{i}" for i in range(layers)], series, title=name, model=model))
+        rows = ", ".join(str(r) for r in record.get("rows") or [])
+        title = f"{model}: attention shares per layer, query rows {rows}"
+        sections.append(Section(charts, title=title, model=model))
+    return Document(sections)
 
 
 def check_inputs(config) -> None:
@@ -259,4 +294,6 @@ TASK = Task(
     plots=plots,
     check_inputs=check_inputs,
     sizing=lambda samples, tokenizer, config: (needle.sizing(samples, tokenizer, config)[0], 0),  # no generation
+    sample_view=sample_view,
+    listing=Listing(answer=None, expected=None, outcome=None),  # shares: no answer, no right or wrong
 )

@@ -8,13 +8,14 @@ optional attribute looked up by name.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from diffeval.config import RunConfig, assemble
 from diffeval.errors import InputError
 from diffeval.models.backend import check_backend, default_batch_size
 from diffeval.models.spec import parse_models
+from diffeval.tasks.blocks import Document, Listing
 
 
 @dataclass(frozen=True)
@@ -41,16 +42,25 @@ class Task:
     # in a thread while the model works on this one
     prepare_batch: Callable[..., Any] | None = None
     # (samples, prompt tokenizer, config) → (prompt tokens, generated tokens at most), from the tokenizer alone, for
-    # --dry-run; None where the task cannot know (lm-eval builds its own prompts)
+    # --dry-run, which also divides them by a rate for its time estimate; within 1 % is enough, and it should stay
+    # cheap on long runs (needle fits one prompt per length, not every one). None where the task cannot know (lm-eval
+    # builds its own prompts)
     sizing: Callable[..., tuple[int, int]] | None = None
     # named scoring rules (name → what it counts; the first is the run's) and (records, rule) → the records rescored
     # from their stored outputs, for `report --scoring`; None: the task has one way to score
     scoring_rules: dict[str, str] | None = None
     rescore: Callable[..., Any] | None = None
-    # (config, {model: record} of one sample, tokenizer_for(model)) → what `diffeval view` shows beside the records
-    # that the records alone do not hold (a needle prompt's text, an ICL order's labels, a hallucination document);
-    # rebuilt from the run's config, as the samples are pure and seeded. None: the viewer shows the records alone.
-    sample_view: Callable[..., dict] | None = None
+    # (config, {model: record} of one sample, tokenizer_for(model), full_text) → a `blocks.Document`: what `diffeval
+    # view` shows of the sample below its records (a needle prompt's text, an ICL order's labels, a hallucination
+    # document), from the records and what the run's config rebuilds (samples are pure and seeded). full_text: True
+    # whole texts, False elided, None whole when short. None: the viewer shows the records' fields alone.
+    sample_view: Callable[..., Document] | None = None
+    # the record columns the viewer's sample list and comparison show (answer, expected, outcome)
+    listing: Listing = Listing()
+    # decimals of numbers that are not the default `blocks.DECIMALS`, by table column or table key (before any
+    # ":model"), in every table output and the viewer: e.g. {"table1": 1} for percentages, {"degenerate": 0} for a
+    # count column that paper rows turned into floats. The paired table follows `summary_value`'s entry.
+    decimals: dict[str, int] = field(default_factory=dict)
     # (generation rows, config) → Records: a second stage, run once every model has generated and its engine is
     # freed, so a local judge has the device to itself. With it, `evaluate`'s records are generations: they wait in
     # generations.jsonl, and only judged records reach samples.jsonl.

@@ -20,9 +20,7 @@ import time
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from diffeval.config import option, parse_ctx, parse_str_list
 from diffeval.data import hallucination as data
@@ -30,9 +28,12 @@ from diffeval.errors import InputError
 from diffeval.judges import JudgeItem, make_judge
 from diffeval.models.backend import Backend
 from diffeval.paper import TABLE4
-from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task, with_cells
+from diffeval.tasks.base import Listing, Task, with_cells
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import numpy as np
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,8 @@ def _key(row: dict) -> tuple[str, str]:
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    from diffeval.plotting import plt
+
     judged = records.dropna(subset=["score"])
     bars = judged.pivot_table(index="dataset", columns="model", values="score", aggfunc="mean", sort=False)
     proxy = (records["judge_kind"] == "proxy").any()
@@ -252,6 +255,8 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
 
 
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+    import pandas as pd
+
     records = _with_outcomes(records)
     judged = records.dropna(subset=["score"])
     table = judged.pivot_table(index="model", columns="dataset", values="score", aggfunc="mean", sort=False)
@@ -300,6 +305,9 @@ def judge_agreement(records: pd.DataFrame) -> pd.DataFrame | None:
     """With several judges: each judge's accuracy per model (over its parsed verdicts of judged outputs) and its
     agreement with the primary judge, Cohen's κ on the outputs both judged, with a 95 % bootstrap CI over those
     outputs (KAPPA_RESAMPLES resamples, seed 0). None with one judge."""
+    import numpy as np
+    import pandas as pd
+
     if "other_verdicts" not in records or not records["other_verdicts"].map(bool, na_action="ignore").any():
         return None
     live = records[records["outcome"] != "degenerate"]
@@ -330,6 +338,8 @@ def judge_agreement(records: pd.DataFrame) -> pd.DataFrame | None:
 
 def cohen_kappa(a: np.ndarray, b: np.ndarray) -> float:
     """Cohen's κ of two binary raters: (observed − chance agreement) ÷ (1 − chance); NaN when chance is 1."""
+    import numpy as np
+
     if len(a) == 0:
         return np.nan
     observed = np.mean(a == b)
@@ -347,21 +357,36 @@ VIEW_EDGE_CHARS = 1500  # document characters shown on each side of an elided mi
 VIEW_FULL_CHARS = 200_000  # documents up to this length come whole, for the page to show when asked
 
 
-def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None) -> dict:
-    """For `diffeval view`: the sample's document and question, read again from the run's data. A long document comes
-    as its two ends, and whole too when `full_text` (None: up to VIEW_FULL_CHARS). The records carry the reference,
-    each output, the verdict and the judge's rationale."""
+def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None):
+    """For `diffeval view`: the sample's question and document, read again from the run's data, the reference, and
+    each model's output with its verdict, judge and rationale. A long document comes as its two ends, and whole too
+    when `full_text` (None: up to VIEW_FULL_CHARS)."""
+    from diffeval.tasks.blocks import Document, Elided, Field, Output, Outputs, Text
+
     first = next(iter(records.values()))
     document = _documents(first["dataset"], config.options.data_dir, config.options.samples).get(first["id"])
     if document is None:
         raise InputError(f"document {first['id']} is no longer in the run's {first['dataset']} data")
     text, edge = document.context, VIEW_EDGE_CHARS
-    shown: dict = {"chars": len(text)}
+    whole = len(text) <= VIEW_FULL_CHARS if full_text is None else full_text
     if len(text) > 2 * edge + 200:
-        shown.update(head=text[:edge], tail=text[-edge:], elided=len(text) - 2 * edge)
-    if (len(text) <= VIEW_FULL_CHARS if full_text is None else full_text) or "head" not in shown:
-        shown["text"] = text
-    return {"question": document.question, "document": shown}
+        shown = Elided(text[:edge], text[-edge:], f"… {len(text) - 2 * edge} characters …", text if whole else None)
+    else:
+        shown = text
+    blocks = [Text([document.question], style="paragraph", title="Question")] if document.question else []
+    blocks += [
+        Text([shown], style="document", title=f"Document ({len(text)} characters)"),
+        Text([first.get("reference") or ""], style="paragraph", title="Reference"),
+    ]
+    verdicts = {True: "hallucination-free", False: "hallucinated", None: "verdict unparsed"}
+    outputs = [
+        Output(model, record.get("output"), record.get("verdict"), verdicts[record.get("verdict")], [
+            Field("judge", record.get("judge")), Field("rationale", record.get("judge_rationale") or "—"),
+            Field("document tokens cut", record.get("truncated_tokens")),
+        ])
+        for model, record in records.items()
+    ]  # fmt: skip
+    return Document([*blocks, Outputs(outputs, title="Outputs")])
 
 
 def sizing(samples: list[HallucinationSample], tokenizer, config) -> tuple[int, int]:
@@ -405,4 +430,6 @@ TASK = Task(
     judge=judge,
     sizing=sizing,
     sample_view=sample_view,
+    listing=Listing(answer="output", expected="reference", outcome="verdict"),  # hallucination-free is right
+    decimals={"degenerate": 0, "unparsed": 0},  # counts, beside the paper's rows
 )

@@ -23,8 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from itertools import groupby
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from diffeval.config import option, parse_ctx, parse_str_list
 from diffeval.data import icl as icl_data
@@ -32,9 +31,11 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Tokenizer
 from diffeval.models.tokenizer import encode_choices_in_context
 from diffeval.paper import FIGURE7_TREC
-from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task, with_cells
+from diffeval.tasks.base import Listing, Task, with_cells
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import pandas as pd
 
 SUMMARY_KEYS = ["model", "dataset", "shots", "order", "order_seed", "draw"]
 ORDER_TYPES = ("random", "alternating", "grouped")
@@ -381,6 +382,8 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    from diffeval.plotting import plt
+
     scored = _scored(records)
     names = list(scored["dataset"].unique())
     fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
@@ -409,17 +412,32 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     return [shots_png, box_png]
 
 
-def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None) -> dict:
-    """For `diffeval view`: the run's demonstration labels in their order, rebuilt from the run's config, and the
-    test query. The records carry gold, prediction and label scores."""
+def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None):
+    """For `diffeval view`: the demonstrations' labels in their order, rebuilt from the run's config, the test query,
+    and per model its gold and predicted label with every label's score (the prediction emphasised)."""
+    from diffeval.tasks.blocks import Bar, Bars, Document, Labels, Notice, Section, Text
+
     first = next(iter(records.values()))
     run = Run(first["dataset"], int(first["shots"]), first["order"], first["order_seed"], first["draw"])
     data = dataset(run.dataset, config.options.data_dir)
-    return {
-        "labels": data.labels,
-        "sequence": [data.train[i].label for i in ordered(run, config.options.data_dir, config.seed)],
-        "query": data.test[first["test_id"]].text,
-    }
+    sequence = [data.train[i].label for i in ordered(run, config.options.data_dir, config.seed)]
+    blocks = [
+        Labels(sequence, data.labels, title=f"Demonstration order: {len(sequence)} shots ({run.order})"),
+        Text([data.test[first["test_id"]].text], style="mono", title="Test query"),
+    ]
+    for model, record in records.items():
+        scores = record.get("label_scores") or []
+        if scores:
+            shown = Bars([
+                Bar(label, score, colour=i, emphasis=i == record.get("prediction"),
+                    note="(gold)" if i == record["gold"] else None)
+                for i, (label, score) in enumerate(zip(data.labels, scores))
+            ], title="label scores (log-likelihood)")  # fmt: skip
+        else:  # over the context budget
+            shown = Notice(f"not scored: {record.get('status')}", level="note")
+        title = f"{model}: gold {record['gold_label']}, predicted {record.get('predicted_label') or '—'}"
+        blocks.append(Section([shown], title=title, model=model, right=record.get("correct")))
+    return Document(blocks)
 
 
 def sizing(samples: list[ICLSample], tokenizer, config) -> tuple[int, int]:
@@ -463,5 +481,7 @@ TASK = Task(
     batches=batches,
     sizing=sizing,
     sample_view=sample_view,
+    listing=Listing(answer="predicted_label", expected="gold_label", outcome="correct"),
+    decimals={"margin": 1, "figure7_margins": 1},  # margins are in points
     cluster_keys=["dataset", "test_id"],  # a test query is asked under every order, draw and shot count
 )

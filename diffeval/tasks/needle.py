@@ -23,18 +23,19 @@ import re
 import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-
-import numpy as np
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from diffeval.config import int_list, option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Encoding
 from diffeval.paper import TABLE2
-from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Task, with_cells
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import numpy as np
+    import pandas as pd
 
 
 @dataclass(frozen=True)
@@ -335,44 +336,58 @@ class _Haystack:
         return "".join(parts), spans, (0, length)
 
 
-def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: int, chat_template: bool) -> NeedlePrompt:
-    """Fit the sample into `budget` tokens of this model: the most haystack words that fit."""
+def _prompt_text(
+    sample: NeedleSample, haystack: _Haystack, n_words: int, backend: Backend, chat_template: bool
+) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
+    """The prompt with the haystack's first n_words words; each needle's and the whole haystack's character span."""
     queried = sample.cities[: sample.queries]
     needles = [(d, needle_sentence(c, n)) for d, c, n in zip(sample.needle_depths, sample.cities, sample.numbers)]
     head = INSTRUCTION + "\n\n"
     tail = "\n\n" + question(queried) + " "
+    body, needle_spans, hay_span = haystack.render(n_words, needles)
+    text = backend.render_prompt(head + body + tail, answer_prefix(queried), chat_template)
+    offset = text.index(head) + len(head)
+    shift = [(s + offset, e + offset) for s, e in needle_spans]
+    return text, shift, (hay_span[0] + offset, hay_span[1] + offset)
 
-    def assemble(n_words: int):
-        body, needle_spans, hay_span = haystack.render(n_words, needles)
-        text = backend.render_prompt(head + body + tail, answer_prefix(queried), chat_template)
-        offset = text.index(head) + len(head)
-        shift = [(s + offset, e + offset) for s, e in needle_spans]
-        return text, shift, (hay_span[0] + offset, hay_span[1] + offset)
 
-    encodings: dict[int, Encoding] = {}
-
-    def fits(n_words: int) -> bool:
-        if n_words not in encodings:
-            encodings[n_words] = backend.encode(assemble(n_words)[0])
-        return len(encodings[n_words].ids) <= budget
-
-    haystack = _Haystack([])
-    if not fits(0):
+def _fixed_part(sample: NeedleSample, backend: Backend, budget: int, chat_template: bool) -> Encoding:
+    """The prompt without haystack words (instruction, needles, question, answer prefix); refused when it overflows."""
+    encoding = backend.encode(_prompt_text(sample, _Haystack([]), 0, backend, chat_template)[0])
+    if len(encoding.ids) > budget:
         raise InputError(
             f"context {sample.ctx} cannot hold the instruction, {sample.needles} needles, the question and "
             "--max-new-tokens: use a longer --ctx or fewer needles"
         )
+    return encoding
+
+
+def _first_guess(tokens_through_word: list[int], room: int, ctx: int) -> int:
+    """The haystack word count a fit tries first: a little below the room, so that one exact tokenization usually
+    lands in the top 1 % of the budget."""
+    return bisect.bisect_right(tokens_through_word, room - max(2, ctx // 500)) - 1
+
+
+def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: int, chat_template: bool) -> NeedlePrompt:
+    """Fit the sample into `budget` tokens of this model: the most haystack words that fit."""
+    encodings: dict[int, Encoding] = {0: _fixed_part(sample, backend, budget, chat_template)}
     room = budget - len(encodings[0].ids)
     haystack, tokens_through_word = _stream(backend, source, sample.haystack_seed, room)
+
+    def fits(n_words: int) -> bool:
+        if n_words not in encodings:
+            encodings[n_words] = backend.encode(_prompt_text(sample, haystack, n_words, backend, chat_template)[0])
+        return len(encodings[n_words].ids) <= budget
+
     # Aim a little below the budget: one exact tokenization then usually lands in the top 1 %; when it does
     # not (merges at the joins, odd tokenizers), search for the largest fitting word count.
     lowest_accepted = budget - 0.01 * sample.ctx
-    guess = bisect.bisect_right(tokens_through_word, room - max(2, sample.ctx // 500)) - 1
+    guess = _first_guess(tokens_through_word, room, sample.ctx)
     if fits(guess) and len(encodings[guess].ids) >= lowest_accepted:
         n_words = guess
     else:
         n_words = _largest_fitting(fits, guess, len(haystack.words))
-    text, needle_chars, hay_chars = assemble(n_words)
+    text, needle_chars, hay_chars = _prompt_text(sample, haystack, n_words, backend, chat_template)
     encoding = encodings[n_words]
     to_tokens = _CharToToken(encoding.offsets)
     needle_spans = [to_tokens.span(*span) for span in needle_chars]
@@ -548,6 +563,8 @@ def record(
 
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
     """Table 2 layout (rows = models, columns = N/R, per length) and a depth × length grid per model."""
+    import pandas as pd
+
     frame = records.assign(nr=records["needles"].astype(str) + "/" + records["queries"].astype(str))
     frame["length"] = frame["ctx"].map(format_ctx)
     nr_order = sorted(frame["nr"].unique(), key=lambda s: tuple(int(x) for x in s.split("/")))
@@ -591,6 +608,8 @@ def effective_length(scores: dict[int, np.ndarray], base_lengths: list[int]) -> 
     """(effective length, base score) from per-length sample scores: the base is the mean over `base_lengths`; the
     effective length is the longest L such that every length ≤ L scores at least EFFECTIVE_FRACTION × base, 0 when
     the shortest length already falls short, None when the base is below BASE_FLOOR."""
+    import numpy as np
+
     base = float(np.mean(np.concatenate([scores[length] for length in base_lengths])))
     if base < BASE_FLOOR:
         return None, base
@@ -606,6 +625,9 @@ def effective_length_table(frame: pd.DataFrame, base_lengths: list[int]) -> pd.D
     """Per model: the base lengths and score, the effective length and its 95 % bootstrap interval (samples
     resampled within each length, EFFECTIVE_RESAMPLES times, seed 0; a length is discrete, so the interval is the
     2.5th and 97.5th percentile lengths of the resamples)."""
+    import numpy as np
+    import pandas as pd
+
     rows = {}
     for model, group in frame.groupby("model", sort=False):
         scores = {int(ctx): g["score"].to_numpy(dtype=float) for ctx, g in group.groupby("ctx")}
@@ -672,6 +694,10 @@ def _cell(length: str, nr: str | None = None) -> dict:
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     """Figure 5 style: a depth × length accuracy heatmap per model, side by side on one colour scale."""
+    import numpy as np
+
+    from diffeval.plotting import plt
+
     frame = records.assign(length=records["ctx"].map(format_ctx))
     models = list(frame["model"].unique())
     lengths = sorted(frame["length"].unique(), key=parse_format_ctx)
@@ -701,6 +727,7 @@ def position_curves(frame: pd.DataFrame, models: list[str], lengths: list[str], 
     """Score by answer-needle depth, one line per length with its 95 % CI (Wilson for yes/no scores, bootstrap
     otherwise), one panel per model."""
     from diffeval.intervals import summarize
+    from diffeval.plotting import plt
 
     summary = summarize(frame, ["model", "length", "depth"], "score")
     fig, axes = plt.subplots(1, len(models), figsize=(0.6 + 4.2 * len(models), 3.4), squeeze=False, sharey=True)
@@ -776,12 +803,13 @@ VIEW_EDGE_TOKENS = 32  # haystack tokens shown on each side of an elided stretch
 VIEW_FULL_TOKENS = 16384  # prompts up to this length come with their whole haystack text
 
 
-def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None) -> dict:
-    """Each model's prompt for `diffeval view`, rebuilt from the run's config (samples are pure and seeded), in
-    segments cut at its token spans (the recorded ones, whenever `matches_record`): head, haystack stretches, needles
-    with their numbers, tail. A long
-    haystack stretch comes as its two ends, and whole too when `full_text` (None: when the prompt has at most
-    VIEW_FULL_TOKENS tokens), so the page can show the middle when asked."""
+def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None):
+    """Each model's prompt for `diffeval view`, rebuilt from the run's config (samples are pure and seeded), cut at
+    its token spans (the recorded ones, unless a notice says the rebuilt prompt differs): head, haystack stretches,
+    needles with their numbers marked, tail. A long haystack stretch comes as its two ends, and whole too when
+    `full_text` (None: when the prompt has at most VIEW_FULL_TOKENS tokens), so the page can show the middle."""
+    from diffeval.tasks.blocks import Document, Notice, Section, Text
+
     first = next(iter(records.values()))
     sample = make_sample(
         first["seed"], first["ctx"], first["depth"], first["needles"], first["queries"], first["index"]
@@ -791,68 +819,93 @@ def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool
             "this diffeval builds another sample from the recorded parameters: view it with the version "
             f"that ran it ({first['sample_id']} vs {sample.sample_id})"
         )
-    prompts = {}
+    sections = []
     for model, record in records.items():
         try:
             prompt, _ = fitted_prompt(sample, tokenizer_for(model), config)
         except Exception as exc:  # a tokenizer or haystack unreachable where one views: the records still show
-            prompts[model] = {"error": f"prompt text unavailable: {exc}"}
+            unavailable = Notice(f"prompt text unavailable: {exc}")
+            sections.append(Section([unavailable], title=f"Prompt ({model})", model=model))
             continue
         whole = len(prompt.ids) <= VIEW_FULL_TOKENS if full_text is None else full_text
         spans = json.loads(json.dumps(prompt.spans))  # as a record stores them: tuples become lists
-        prompts[model] = {
-            "tokens": len(prompt.ids),
-            "matches_record": len(prompt.ids) == record["prompt_tokens"] and spans == record["spans"],
-            "full_text": whole,
-            "segments": _segments(prompt, spans, sample, whole),
-        }
-    return {"prompts": prompts}
+        blocks = []
+        if len(prompt.ids) != record["prompt_tokens"] or spans != record["spans"]:
+            blocks.append(Notice("the rebuilt prompt differs from the recorded one (tokenizer or data changed "
+                                 "since the run)", model=model))  # fmt: skip
+        blocks.append(Text(_prompt_pieces(prompt, spans, sample, whole), style="prompt", model=model))
+        title = f"Prompt as {model} tokenized it ({len(prompt.ids)} tokens)"
+        sections.append(Section(blocks, title=title, model=model))
+    return Document(sections)
 
 
-def _segments(prompt: NeedlePrompt, spans: dict, sample: NeedleSample, whole: bool) -> list[dict]:
+def _prompt_pieces(prompt: NeedlePrompt, spans: dict, sample: NeedleSample, whole: bool) -> list:
+    """The prompt's text in pieces that tile it: scaffold text, haystack stretches (elided when long), and each
+    needle marked (unqueried ones faint) with its number's own tokens marked inside it."""
+    from diffeval.tasks.blocks import Elided, Mark, Span
+
     text, offsets = prompt.text, prompt.offsets
     starts = _CharToToken(offsets).starts + [len(text)]  # token i's first character; slices between them tile the text
 
     def piece(a: int, b: int) -> str:
         return text[starts[a] : starts[b]]
 
-    def haystack(a: int, b: int) -> dict:
+    def haystack(a: int, b: int):
         """A stretch of haystack: its two ends and how much lies between (the page shows that much until asked),
-        and the whole text when it is short or `whole`."""
-        segment: dict = {"kind": "haystack", "tokens": [a, b]}
+        with the whole text when `whole`; a short stretch whole."""
         edge = VIEW_EDGE_TOKENS
-        if b - a > 2 * edge + 16:
-            segment.update(head=piece(a, a + edge), tail=piece(b - edge, b), elided=b - a - 2 * edge)
-        if whole or "head" not in segment:
-            segment["text"] = piece(a, b)
-        return segment
+        if b - a <= 2 * edge + 16:
+            return Span(piece(a, b))
+        hidden = f"… {b - a - 2 * edge} haystack tokens …"
+        return Elided(piece(a, a + edge), piece(b - edge, b), hidden, piece(a, b) if whole else None, tone="muted")
 
     hay_start, hay_end = spans["haystack"]
-    segments = [{"kind": "text", "tokens": [0, hay_start], "text": piece(0, hay_start)}]
+    pieces: list = [piece(0, hay_start)]
     cursor = hay_start
     needles = zip(spans["needles"], spans["numbers"], sample.cities, sample.numbers, range(sample.needles))
     for (start, end), (number_start, number_end), city, number, i in sorted(needles):
         if start > cursor:
-            segments.append(haystack(cursor, start))
+            pieces.append(haystack(cursor, start))
         number_chars = offsets[number_start][0], offsets[number_end - 1][1]  # the number's own tokens, exactly
-        segments.append({
-            "kind": "needle", "tokens": [start, end], "number_tokens": [number_start, number_end], "city": city,
-            "expected": number, "queried": i < sample.queries,
-            "before": text[starts[start] : number_chars[0]],
-            "number": text[number_chars[0] : number_chars[1]],
-            "after": text[number_chars[1] : starts[end]],
-        })  # fmt: skip
+        queried = i < sample.queries
+        marked = Mark([text[number_chars[0] : number_chars[1]]], tone="strong", kind="number",
+                      note=f"recorded span: tokens {number_start}-{number_end} (expected {number})")  # fmt: skip
+        pieces.append(Mark(
+            [text[starts[start] : number_chars[0]], marked, text[number_chars[1] : starts[end]]],
+            tone="highlight" if queried else "faint", kind="needle" if queried else "needle other",
+            note=f"{'queried' if queried else 'other'} needle: {city}, tokens {start}-{end}",
+        ))  # fmt: skip
         cursor = end
     if hay_end > cursor:
-        segments.append(haystack(cursor, hay_end))
-    segments.append({"kind": "text", "tokens": [hay_end, len(prompt.ids)], "text": piece(hay_end, len(prompt.ids))})
-    return segments
+        pieces.append(haystack(cursor, hay_end))
+    pieces.append(piece(hay_end, len(prompt.ids)))
+    return pieces
 
 
 def sizing(samples: list[NeedleSample], tokenizer, config) -> tuple[int, int]:
-    """Prompt tokens of every sample as this model's tokenizer fits them; generation at most each one's token limit."""
-    prompts = prepare_batch(samples, tokenizer, config)
-    return sum(len(p.ids) for _, p, _ in prompts), sum(limit for _, _, limit in prompts)
+    """Prompt tokens of every sample as this model's tokenizer would fit them, and generated tokens at most (each
+    sample's token limit), without fitting each prompt: a prompt is its fixed part (instruction, needles, question)
+    plus the haystack words a fit tries first, read off one haystack stream's per-word token counts; one exact fit per
+    length adds what that misses (merges at the joins, a search below the first guess). Every fit lands within 1 % of
+    ctx below its budget, so the totals are within 1 % of fitting every prompt."""
+    options = config.options
+    stream_seeds: dict[int, int] = {}  # per length, the stream of its first sample: the one its exact fit reads
+    corrections: dict[int, int] = {}
+    prompt_tokens = generated = 0
+    for sample in samples:
+        limit = token_limit(sample, tokenizer, config)
+        budget = sample.ctx - limit
+        fixed = len(_fixed_part(sample, tokenizer, budget, config.chat_template).ids)
+        room = budget - fixed
+        seed = stream_seeds.setdefault(sample.ctx, sample.haystack_seed)
+        _, tokens_through_word = _stream(tokenizer, options.haystack, seed, room)
+        estimate = fixed + tokens_through_word[max(_first_guess(tokens_through_word, room, sample.ctx), 0)]
+        if sample.ctx not in corrections:
+            exact = build_prompt(sample, options.haystack, tokenizer, budget, config.chat_template)
+            corrections[sample.ctx] = len(exact.ids) - estimate
+        prompt_tokens += estimate + corrections[sample.ctx]
+        generated += limit
+    return prompt_tokens, generated
 
 
 TASK = Task(

@@ -15,18 +15,20 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass
-
-import pandas as pd
-import torch
+from typing import TYPE_CHECKING
 
 from diffeval.config import option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
-from diffeval.models.activations import HIST_BINS, RunningStats, histogram_median, logit_statistics
 from diffeval.models.backend import Backend
 from diffeval.paper import TABLE5
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Task, with_cells
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import pandas as pd
+
+    from diffeval.models.activations import RunningStats
 
 RANKS = (1, 2, 3, 10, 100)
 
@@ -85,6 +87,10 @@ def _token_stream(backend: Backend, source: str, seed: int, tokens: int) -> list
 
 
 def evaluate(batch: list[Sequence], backend: Backend, config) -> list[Record]:
+    import torch
+
+    from diffeval.models.activations import RunningStats, logit_statistics
+
     options = config.options
     seq_len = options.ctx[0]
     loaded = backend.torch_module()  # the activations are read inside the transformers model
@@ -116,6 +122,8 @@ def evaluate(batch: list[Sequence], backend: Backend, config) -> list[Record]:
 
 def _serialise(stats: dict[int, RunningStats]) -> dict[str, dict]:
     """Per layer: the top values and the histogram's non-empty bins (sparse, to keep records small)."""
+    import torch
+
     out = {}
     for layer, running in sorted(stats.items()):
         nonzero = torch.nonzero(running.hist).flatten().tolist()
@@ -129,6 +137,8 @@ def _serialise(stats: dict[int, RunningStats]) -> dict[str, dict]:
 
 def _merge(records: pd.Series, layer: str | None = None) -> tuple[list[float], list[int]]:
     """Top values and histogram over records (and all layers, or one)."""
+    from diffeval.models.activations import HIST_BINS
+
     tops, hist = [], [0] * HIST_BINS
     for per_layer in records:
         for name, stats in per_layer.items():
@@ -140,12 +150,18 @@ def _merge(records: pd.Series, layer: str | None = None) -> tuple[list[float], l
 
 
 def _row(tops: list[float], hist: list[int]) -> dict:
+    from diffeval.models.activations import histogram_median
+
     row = {f"top-{k}": tops[k - 1] if len(tops) >= k else float("nan") for k in RANKS}
     row["median"] = histogram_median(hist)
     return row
 
 
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+    import pandas as pd
+
+    from diffeval.models.activations import histogram_median
+
     rows, layers = {}, {}
     for model, group in records.groupby("model", sort=False):
         for column, label in (("attention_logits", "attention logits"), ("hidden_states", "hidden states")):

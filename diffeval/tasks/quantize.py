@@ -13,17 +13,19 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from diffeval.config import int_list, option, parse_str_list
 from diffeval.errors import InputError
-from diffeval.models.activations import GRANULARITIES, quantized_logits
 from diffeval.models.backend import Backend
 from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks
-from diffeval.plotting import plt
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Task, with_cells
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import pandas as pd
+
+GRANULARITIES = ("tensor", "head", "row")  # the absmax scale groups of models.activations.quantize_absmax
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,8 @@ def make_samples(options, seed: int, limit: int | None = None, prepared=None) ->
 
 
 def evaluate(batch: list[Setting], backend: Backend, config) -> list[Record]:
+    from diffeval.models.activations import quantized_logits
+
     options = config.options
     loaded = backend.torch_module()  # the quantized logits are an attention implementation of this model
     records = []
@@ -99,6 +103,8 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    from diffeval.plotting import plt
+
     fig, ax = plt.subplots(figsize=(6, 4))
     for (model, task), group in records.groupby(["model", "lm_task"], sort=False):
         group = group.sort_values("bits")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from diffeval.config import option, parse_str_list
 from diffeval.models.backend import Backend
@@ -13,6 +12,9 @@ from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks, headline_metri
 from diffeval.paper import TABLE1
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Task, with_cells
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import pandas as pd
 
 PAPER_TASKS = ("arc_challenge", "arc_easy", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande")
 
@@ -63,6 +65,8 @@ def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[Record]:
 
 
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+    import pandas as pd
+
     table = records.pivot_table(index="model", columns="lm_task", values="accuracy", aggfunc="mean", sort=False) * 100
     table = table[[t for t in records["lm_task"].unique()]]
     column_cells = [{"lm_task": t} for t in table.columns] + [{}]
@@ -87,4 +91,5 @@ TASK = Task(
     metrics={"accuracy": "accuracy"},
     summary_value="accuracy",
     needs=frozenset({"torch_module"}),
+    decimals={"table1": 1},  # percentages, as the paper prints them
 )

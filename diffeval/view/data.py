@@ -6,7 +6,11 @@ baseline wrong". Three payloads, each fetched by the page only when it needs it:
 
 - `summary`: the run's counts, models and tables (small);
 - `sample_index`: one compact row per record, for the page's filters and paged sample list;
-- `sample_detail`: one sample's records on every model, and what the task rebuilds for it (a needle prompt's text).
+- `sample_detail`: one sample's records on every model, their comparison as the task's `listing` declares it, and
+  the task's `sample_view` document of generic blocks (tasks/blocks.py) in its JSON form.
+
+Every number the page shows as a metric is formatted here, by report/format.py and blocks.number: the page prints
+text, so a table, a listing and a view show a metric alike.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from diffeval.config import RunConfig
 from diffeval.errors import InputError
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
+from diffeval.report.format import NumberFormats, column_label, column_texts, index_texts
 from diffeval.report.tables import LoadedRun, load_records, paired_table, sample_pairs, title
 from diffeval.results import RunFolder
 from diffeval.tasks import build_config
+from diffeval.tasks.blocks import number
 
 BRIEF_CHARS = 160  # an output or reference in the sample list; the sample view shows it whole
 
@@ -103,7 +109,7 @@ def summary(view: RunView) -> dict[str, Any]:
         "note": task.note,
         "created": loaded.run.get("created"),
         "updated": loaded.run.get("updated"),
-        "models": [{"name": m, "is_diff": bool(info.get(m, {}).get("is_diff", False))} for m in view.models],
+        "models": [{"name": m, "differential": bool(info.get(m, {}).get("is_diff", False))} for m in view.models],
         "counts": {
             "records": len(frame),
             "samples": int(frame["sample_id"].nunique()) if len(frame) else 0,
@@ -112,38 +118,39 @@ def summary(view: RunView) -> dict[str, Any]:
         },
         "params": view.params,
         "value": task.summary_value,  # the record column a sample's score is
-        "tables": [table_json(key, table, task.titles) for key, table in view.tables.items()],
+        "tables": [table_json(key, table, task.titles, NumberFormats.of(task)) for key, table in view.tables.items()],
         "sample_view": task.sample_view is not None,
     }
 
 
-def table_json(key: str, table: pd.DataFrame, titles: dict[str, str]) -> dict[str, Any]:
-    """A table's labels and values, and each cell's record filter (None: the cell lists no samples)."""
+def table_json(key: str, table: pd.DataFrame, titles: dict[str, str], formats: NumberFormats) -> dict[str, Any]:
+    """A table's row labels and values, as numbers and as the report's texts (one format per column), and each
+    cell's record filter (None: the cell lists no samples)."""
     cells = table.attrs.get("cells")
+    index_names, labels = index_texts(table)
+    columns = [column_label(c) for c in table.columns]
+    texts = [column_texts(key, label, table.iloc[:, c], formats) for c, label in enumerate(columns)]
     rows = []
-    for i, (label, values) in enumerate(zip(table.index, table.itertuples(index=False, name=None))):
+    for i, values in enumerate(table.itertuples(index=False, name=None)):
         row_filter = cells["rows"][i] if cells else None
         filters = [
             None if row_filter is None or column is None else plain({**cells["common"], **row_filter, **column})
             for column in (cells["columns"] if cells else [None] * len(values))
         ]
-        rows.append(
-            {"label": [plain(x) for x in _labels(label)], "values": [plain(v) for v in values], "cells": filters}
-        )
-    return {
-        "key": key,
-        "title": title(key, titles),
-        "index_names": [str(n) if n is not None else "" for n in table.index.names],
-        "columns": [" / ".join(str(x) for x in _labels(c)) for c in table.columns],
-        "rows": rows,
-    }
+        rows.append({
+            "label": [level[i] for level in labels], "values": [plain(v) for v in values],
+            "texts": [column[i] for column in texts], "cells": filters,
+        })  # fmt: skip
+    return {"key": key, "title": title(key, titles), "index_names": index_names, "columns": columns, "rows": rows}
 
 
 def sample_index(view: RunView) -> dict[str, Any]:
-    """One row per record: [sample, model, parameter values, score, outcome, output, expected]. Outcome is True, False
-    or None (a task without right and wrong, such as attention shares)."""
+    """One row per record: [sample, model, parameter values, score as text, outcome, answer, expected], the answer,
+    expected and outcome from the task's `listing`. Outcome is True, False or None (a task without right and wrong,
+    such as attention shares)."""
     frame = view.loaded.frame
-    value = view.loaded.task.summary_value
+    task = view.loaded.task
+    value, listing, decimals = task.summary_value, task.listing, _value_decimals(task)
     samples = list(dict.fromkeys(frame["sample_id"])) if len(frame) else []
     position = {s: i for i, s in enumerate(samples)}
     model_position = {m: i for i, m in enumerate(view.models)}
@@ -151,9 +158,9 @@ def sample_index(view: RunView) -> dict[str, Any]:
     for record in frame.to_dict("records"):
         rows.append([
             position[record["sample_id"]], model_position[record["model"]],
-            [plain(record.get(p)) for p in view.params], plain(record.get(value)), outcome(record),
-            _brief(record.get("output", record.get("predicted_label"))),
-            _brief(record.get("expected", record.get("gold_label", record.get("reference")))),
+            [plain(record.get(p)) for p in view.params], number(plain(record.get(value)), decimals),
+            outcome(record, listing.outcome), _brief(_column(record, listing.answer)),
+            _brief(_column(record, listing.expected)),
         ])  # fmt: skip
     pairs = [
         {"diff": diff, "base": base, "samples": [position[s] for s in joined["sample_id"]]}
@@ -171,15 +178,19 @@ def sample_detail(view: RunView, sample: str, full_text: bool | None = None) -> 
         raise KeyError(sample)
     records = {r["model"]: {k: plain(v) for k, v in r.items() if not _missing(v)} for r in rows.to_dict("records")}
     records = {m: records[m] for m in view.models if m in records}
-    detail: dict[str, Any] = {"sample_id": sample, "task": view.loaded.task.name, "records": records, "view": None}
     task = view.loaded.task
+    detail: dict[str, Any] = {
+        "sample_id": sample, "task": task.name, "records": records, "comparison": comparison(task, records),
+        "view": None,
+    }  # fmt: skip
     if task.sample_view is not None:
         if view.config is None:
             detail["view_error"] = f"run.json cannot be read as a config: {view.config_error}"
         else:
             with view._lock:  # tokenizers and the haystack streams they cache are not shared between threads
                 try:
-                    detail["view"] = plain(task.sample_view(view.config, records, view.tokenizer_for, full_text))
+                    document = task.sample_view(view.config, records, view.tokenizer_for, full_text)
+                    detail["view"] = plain(document.to_json())
                 except InputError as exc:
                     detail["view_error"] = str(exc)
                 except Exception as exc:  # data or a tokenizer unreachable where one views: the records still show
@@ -187,13 +198,38 @@ def sample_detail(view: RunView, sample: str, full_text: bool | None = None) -> 
     return detail
 
 
-def outcome(record: dict) -> bool | None:
-    """Right or wrong: the record's `correct`, or a hallucination verdict (hallucination-free is right). None for
-    records without either (attention shares, aggregate scores)."""
-    for key in ("correct", "verdict"):
-        if isinstance(record.get(key), (bool, np.bool_)):
-            return bool(record[key])
-    return None
+def comparison(task, records: dict[str, dict]) -> dict[str, Any]:
+    """The sample on every model, as the task's `listing` declares: what was expected, the model's answer, its
+    score (as text) and outcome. Headings name the record columns."""
+    listing, value, decimals = task.listing, task.summary_value, _value_decimals(task)
+    shown = [c for c in (listing.expected, listing.answer) if c is not None]
+    rows = [
+        {"model": model, "cells": [_full(_column(record, c)) for c in shown] + [number(record.get(value), decimals)],
+         "right": outcome(record, listing.outcome)}
+        for model, record in records.items()
+    ]  # fmt: skip
+    return {"headings": ["model", *shown, value, ""], "rows": rows}
+
+
+def outcome(record: dict, column: str | None) -> bool | None:
+    """Right or wrong: the record's outcome column when it holds a yes or no (a hallucination verdict: True is
+    hallucination-free). None without one (attention shares, aggregate scores, an unparsed verdict)."""
+    found = record.get(column) if column is not None else None
+    return bool(found) if isinstance(found, (bool, np.bool_)) else None
+
+
+def _value_decimals(task) -> int:
+    return NumberFormats.of(task).decimals("", task.summary_value)
+
+
+def _column(record: dict, column: str | None) -> Any:
+    return None if column is None else record.get(column)
+
+
+def _full(value: Any) -> str | None:
+    if value is None or _missing(value):
+        return None
+    return ", ".join(str(v) for v in value) if isinstance(value, (list, tuple, np.ndarray)) else str(value)
 
 
 def plain(value: Any) -> Any:
@@ -213,12 +249,6 @@ def _missing(value: Any) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def _labels(label: Any) -> tuple:
-    return label if isinstance(label, tuple) else (label,)
-
-
 def _brief(value: Any) -> str | None:
-    if value is None or _missing(value):
-        return None
-    text = ", ".join(str(v) for v in value) if isinstance(value, (list, tuple, np.ndarray)) else str(value)
-    return text if len(text) <= BRIEF_CHARS else text[: BRIEF_CHARS - 1] + "…"
+    text = _full(value)
+    return text if text is None or len(text) <= BRIEF_CHARS else text[: BRIEF_CHARS - 1] + "…"

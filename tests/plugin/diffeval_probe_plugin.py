@@ -1,8 +1,9 @@
 """A task and an engine from outside diffeval, registered only through entry points (see test_registry.py).
 
 `echo` is a minimal task: each sample asks the model to continue a short numbered text, and scores whether the output
-is non-empty. `TextOnlyBackend` is a deterministic test double of an engine: the real transformers backend with every
-capability but `generate` withheld, to show capability checks and the factory without a second real engine.
+is non-empty. Its sample view is built from diffeval's generic blocks alone: `diffeval view` shows it with no code
+that names the task. `TextOnlyBackend` is a deterministic test double of an engine: the real transformers backend with
+every capability but `generate` withheld, to show capability checks and the factory without a second real engine.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Engine
 from diffeval.models.hf import HFBackend
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import Listing, Task
+from diffeval.tasks.blocks import Bar, Bars, Document, Field, Fields, Mark, Output, Outputs, Text
 
 
 @dataclass(frozen=True)
@@ -53,10 +55,35 @@ def evaluate(batch, backend, config):
             len(p),
             out.new_tokens,
             out.seconds,
-            {"index": s.index, "output": out.text, "score": float(bool(out.text.strip()))},
+            {
+                "index": s.index,
+                "output": out.text,
+                "nonempty": bool(out.text.strip()),
+                "score": float(bool(out.text.strip())),
+            },
         )
         for s, p, out in zip(batch, prompts, outputs)
     ]
+
+
+def sample_view(config, records, tokenizer_for, full_text):
+    """The prompt rebuilt from the run's --prefix, its prefix marked; each model's output with its outcome; each
+    model's generated tokens as bars."""
+    first = next(iter(records.values()))
+    prefix = config.options.prefix
+    prompt = Text([Mark([prefix], kind="prefix", note="the run's --prefix"), f" {first['index']}:"], title="Prompt")
+    outputs = Outputs(
+        [
+            Output(model, r["output"], r["nonempty"], "non-empty" if r["nonempty"] else "empty", [
+                Field("new tokens", r["new_tokens"]), Field("seconds", r["seconds"]),
+            ])
+            for model, r in records.items()
+        ],
+        title="Outputs",
+    )  # fmt: skip
+    tokens = [Bar(model, r["new_tokens"], colour=i) for i, (model, r) in enumerate(records.items())]
+    setting = Fields([Field("prefix", prefix), Field("sample", first["index"])], title="Setting")
+    return Document([setting, prompt, outputs, Bars(tokens, decimals=0, title="new tokens per model")])
 
 
 def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
@@ -75,6 +102,8 @@ TASK = Task(
     summary_keys=["model"],
     pair_keys=None,
     metrics={"nonempty": "score"},
+    sample_view=sample_view,
+    listing=Listing(answer="output", expected=None, outcome="nonempty"),
 )
 
 

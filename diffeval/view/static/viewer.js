@@ -1,10 +1,11 @@
 // diffeval view: run tables with clickable cells, filters, a paged sample list and each sample on every model.
 // Data comes from the local server's /api (diffeval view) or from data/*.js scripts (diffeval view --export).
+// The page knows no task: tables and metrics come formatted, the list's columns are declared by the task, and a
+// sample's view is a document of generic blocks (diffeval/tasks/blocks.py) rendered by `renderBlock`.
 "use strict";
 
 const STATIC = document.querySelector('meta[name="diffeval-mode"]').content === "static";
 const PAGE_SIZE = 50;
-const SEGMENT_COLOURS = { answer: "#d62728", needles: "#ff7f0e", noise: "#7f7f7f", scaffold: "#1f77b4", sink: "#9467bd" };
 
 // ---- data: one loader for both modes --------------------------------------------------------------------------
 const scripts = new Map(); // static mode: path → promise of the payload its script hands over
@@ -69,20 +70,17 @@ function svg(tag, attrs = {}, ...children) {
   return node;
 }
 
-function fmt(value, decimals) {
+function fmt(value) { // parameters and raw record fields; metrics arrive as text, formatted once in Python
   if (value === null || value === undefined) return "";
-  if (typeof value === "number") {
-    if (decimals === undefined) decimals = Number.isInteger(value) ? 0 : 3;
-    return value.toFixed(decimals);
-  }
   if (typeof value === "boolean") return value ? "yes" : "no";
   if (Array.isArray(value)) return value.map((item) => fmt(item)).join(", ");
+  if (typeof value === "object") return JSON.stringify(value);
   return String(value);
 }
 
-function mark(outcome) {
-  if (outcome === true) return el("span", { class: "ok", title: "right" }, "✓");
-  if (outcome === false) return el("span", { class: "bad", title: "wrong" }, "✗");
+function mark(right) {
+  if (right === true) return el("span", { class: "ok", title: "right" }, "✓");
+  if (right === false) return el("span", { class: "bad", title: "wrong" }, "✗");
   return "";
 }
 
@@ -90,15 +88,16 @@ function enterClicks(event) { // table cells and sample rows open with the keybo
   if (event.key === "Enter") event.currentTarget.click();
 }
 
-function classColour(i) { return `hsl(${(i * 137.508) % 360}, 62%, 52%)`; }
+// a block's colour: an index into the categorical palette (the same index, the same colour everywhere) or "#rrggbb"
+function colour(value) { return typeof value === "number" ? `hsl(${(value * 137.508) % 360}, 62%, 52%)` : value; }
 
-function setStatus(message) { document.getElementById("status").textContent = message || ""; }
+function setMessage(message) { document.getElementById("message").textContent = message || ""; }
 
 // ---- state ----------------------------------------------------------------------------------------------------
 const state = {
   runs: [],
   run: null, // the selected run's summary
-  index: null, // its samples: [{i, id, records: [per model {params, score, outcome, output, expected} | undefined]}]
+  catalog: null, // its samples: [{i, id, records: [per model {params, value, right, answer, wanted} | undefined]}]
   pairSets: [],
   filters: null,
   cellLabel: "",
@@ -106,14 +105,14 @@ const state = {
   sample: null,
 };
 
-function emptyFilters() { return { models: null, params: {}, outcome: "any", pair: "any" }; }
+function emptyFilters() { return { models: null, params: {}, right: "any", pair: "any" }; }
 
 // ---- runs -----------------------------------------------------------------------------------------------------
 async function start() {
   try {
     state.runs = await load("runs");
   } catch (error) {
-    setStatus(`could not load the runs: ${error.message}`);
+    setMessage(`could not load the runs: ${error.message}`);
     return;
   }
   const nav = document.getElementById("runs");
@@ -138,7 +137,7 @@ async function selectRun(id) {
   try {
     index = await load(`runs/${id}/index`);
   } catch (error) {
-    setStatus(`could not load the samples of ${run.path}: ${error.message}`);
+    setMessage(`could not load the samples of ${run.path}: ${error.message}`);
     return;
   }
   if (state.run !== run) return; // another run was chosen meanwhile
@@ -149,17 +148,17 @@ async function selectRun(id) {
 
 function setIndex(raw) {
   const samples = raw.samples.map((id, i) => ({ i, id, records: new Array(raw.models.length) }));
-  for (const [sample, model, params, score, outcome, output, expected] of raw.records) {
-    samples[sample].records[model] = { params, score, outcome, output, expected };
+  for (const [sample, model, params, value, right, answer, wanted] of raw.records) {
+    samples[sample].records[model] = { params, value, right, answer, wanted };
   }
-  state.index = { ...raw, samples, modelPos: Object.fromEntries(raw.models.map((m, i) => [m, i])),
+  state.catalog = { ...raw, samples, modelPos: Object.fromEntries(raw.models.map((m, i) => [m, i])),
     paramPos: Object.fromEntries(raw.params.map((p, i) => [p, i])) };
   state.pairSets = raw.pairs.map((pair) => new Set(pair.samples));
 }
 
 function renderRun(run) {
   const c = run.counts;
-  const models = run.models.map((m) => `${m.name}${m.is_diff ? " (DIFF)" : ""}`).join(", ");
+  const models = run.models.map((m) => `${m.name}${m.differential ? " (DIFF)" : ""}`).join(", ");
   const parts = [
     el("h2", {}, `${run.task}: ${run.path}`),
     el("p", { class: "counts", id: "counts" },
@@ -176,20 +175,17 @@ function renderRun(run) {
 // ---- tables ---------------------------------------------------------------------------------------------------
 function renderTables(run) {
   const blocks = run.tables.map((table) => {
-    // JSON drops the difference between 1 and 1.0: a column with any fraction shows every number with 3 decimals
-    const decimals = table.columns.map((_, c) => (table.rows.some((row) =>
-      typeof row.values[c] === "number" && !Number.isInteger(row.values[c])) ? 3 : 0));
     const head = el("tr", {}, table.index_names.map((n) => el("th", {}, n)), table.columns.map((c) => el("th", {}, c)));
     const body = table.rows.map((row, r) => el("tr", {},
-      row.label.map((label) => el("th", {}, fmt(label))),
-      row.values.map((value, c) => {
+      row.label.map((label) => el("th", {}, label)),
+      row.texts.map((text, c) => {
         const filter = row.cells[c];
-        if (!filter) return el("td", {}, fmt(value, decimals[c]));
-        const label = `${table.title}: ${row.label.map((part) => fmt(part)).join(" / ")}, ${table.columns[c]}`;
+        if (!filter) return el("td", {}, text);
+        const label = `${table.title}: ${row.label.join(" / ")}, ${table.columns[c]}`;
         return el("td", {
           class: "cell-link", title: "list these samples", "data-table": table.key, "data-row": r, "data-col": c,
           tabindex: 0, onkeydown: enterClicks, onclick: (event) => applyCell(filter, label, event.currentTarget),
-        }, fmt(value, decimals[c]));
+        }, text);
       })));
     return el("div", { class: "table-block" }, el("h3", {}, table.title),
       el("div", { class: "table-wrap" }, el("table", { class: "result", "data-key": table.key }, el("thead", {}, head),
@@ -204,7 +200,7 @@ function applyCell(filter, label, cell) {
     const values = (Array.isArray(value) ? value : [value]).map(String);
     if (key === "model") filters.models = values;
     else if (key === "pair") { // the samples this DIFF model and this baseline both scored
-      const p = state.index.pairs.findIndex((pair) => pair.diff === values[0] && pair.base === values[1]);
+      const p = state.catalog.pairs.findIndex((pair) => pair.diff === values[0] && pair.base === values[1]);
       if (p >= 0) filters.pair = `${p}:both`;
     } else filters.params[key] = values;
   }
@@ -220,12 +216,12 @@ function applyCell(filter, label, cell) {
 
 // ---- filters --------------------------------------------------------------------------------------------------
 function renderFilters() {
-  const index = state.index;
+  const index = state.catalog;
   const f = state.filters;
   const onchange = () => {
     const before = JSON.stringify([state.filters.models, state.filters.params]);
     readFilters();
-    // outcome and pair filters narrow a clicked cell's samples; a change of model or parameters leaves the cell
+    // right/wrong and pair filters narrow a clicked cell's samples; a change of model or parameters leaves the cell
     if (JSON.stringify([state.filters.models, state.filters.params]) !== before) state.cellLabel = "";
     state.page = 0;
     renderList();
@@ -242,10 +238,10 @@ function renderFilters() {
       .filter((v) => v !== null).sort((a, b) => (typeof a === "number" && typeof b === "number" ? a - b : String(a).localeCompare(String(b))));
     controls.push(select(`param:${param}`, param, [["", "all"], ...values.map((v) => [String(v), fmt(v)])], f.params[param] || null));
   });
-  const hasOutcomes = index.samples.some((s) => s.records.some((r) => r && r.outcome !== null));
+  const hasOutcomes = index.samples.some((s) => s.records.some((r) => r && r.right !== null));
   if (hasOutcomes) {
-    controls.push(select("outcome", "outcome", [["", "any"], ["right", "right"], ["wrong", "wrong"]],
-      f.outcome === "any" ? null : [f.outcome]));
+    controls.push(select("right", "right or wrong", [["", "any"], ["right", "right"], ["wrong", "wrong"]],
+      f.right === "any" ? null : [f.right]));
   }
   if (index.pairs.length && hasOutcomes) {
     const options = [["", "any"]];
@@ -270,7 +266,7 @@ function readFilters() {
     if (!node.value) continue;
     const values = node.value.split("|");
     if (node.name === "model") filters.models = values;
-    else if (node.name === "outcome") filters.outcome = node.value;
+    else if (node.name === "right") filters.right = node.value;
     else if (node.name === "pair") filters.pair = node.value;
     else filters.params[node.name.slice("param:".length)] = values;
   }
@@ -279,13 +275,13 @@ function readFilters() {
 
 function recordMatches(record, model) {
   const f = state.filters;
-  if (f.models && !f.models.includes(state.index.models[model])) return false;
+  if (f.models && !f.models.includes(state.catalog.models[model])) return false;
   for (const [key, allowed] of Object.entries(f.params)) {
-    const value = String(record.params[state.index.paramPos[key]]);
+    const value = String(record.params[state.catalog.paramPos[key]]);
     if (!allowed.some((a) => String(a) === value)) return false;
   }
-  if (f.outcome === "right" && record.outcome !== true) return false;
-  if (f.outcome === "wrong" && record.outcome !== false) return false;
+  if (f.right === "right" && record.right !== true) return false;
+  if (f.right === "wrong" && record.right !== false) return false;
   return true;
 }
 
@@ -293,19 +289,19 @@ function sampleMatches(sample) {
   const f = state.filters;
   if (f.pair !== "any") {
     const [p, kind] = f.pair.split(":");
-    const pair = state.index.pairs[Number(p)];
+    const pair = state.catalog.pairs[Number(p)];
     if (!state.pairSets[Number(p)].has(sample.i)) return false;
-    const diff = sample.records[state.index.modelPos[pair.diff]];
-    const base = sample.records[state.index.modelPos[pair.base]];
-    if (kind === "diff" && !(diff.outcome === true && base.outcome === false)) return false;
-    if (kind === "base" && !(base.outcome === true && diff.outcome === false)) return false;
+    const diff = sample.records[state.catalog.modelPos[pair.diff]];
+    const base = sample.records[state.catalog.modelPos[pair.base]];
+    if (kind === "diff" && !(diff.right === true && base.right === false)) return false;
+    if (kind === "base" && !(base.right === true && diff.right === false)) return false;
   }
   return sample.records.some((record, model) => record && recordMatches(record, model));
 }
 
 // ---- the paged sample list ------------------------------------------------------------------------------------
 function renderList() {
-  const index = state.index;
+  const index = state.catalog;
   const matching = index.samples.filter(sampleMatches);
   const pages = Math.max(1, Math.ceil(matching.length / PAGE_SIZE));
   state.page = Math.min(state.page, pages - 1);
@@ -319,13 +315,13 @@ function renderList() {
     const first = sample.records.find(Boolean);
     return el("tr", { class: `sample-row${state.sample === sample.id ? " open" : ""}`, "data-sample": sample.id,
       tabindex: 0, onkeydown: enterClicks, onclick: () => openSample(sample.id) },
-    el("td", { class: "output sample-id" }, sample.id.slice(0, 8)),
+    el("td", { class: "mono sample-id" }, sample.id.slice(0, 8)),
     index.params.map((p, i) => el("td", {}, fmt(first.params[i]))),
     models.map(([, m]) => {
       const record = sample.records[m];
       if (!record) return el("td", { class: "hint" }, "not run");
-      return el("td", { "data-model": index.models[m] }, mark(record.outcome), " ",
-        el("span", { class: "output" }, record.output ?? fmt(record.score)));
+      return el("td", { "data-model": index.models[m] }, mark(record.right), " ",
+        el("span", { class: "mono" }, record.answer ?? record.value));
     }));
   });
   document.getElementById("sample-list").replaceChildren(el("thead", {}, head), el("tbody", {}, rows));
@@ -336,7 +332,7 @@ function renderList() {
     el("button", { type: "button", disabled: state.page >= pages - 1, onclick: () => go(state.page + 1) }, "next ›"));
 }
 
-// ---- one sample -----------------------------------------------------------------------------------------------
+// ---- one sample ----------------------------------------------------------------------------------------------
 async function openSample(id, full = false) {
   state.sample = id;
   const run = state.run;
@@ -352,164 +348,140 @@ async function openSample(id, full = false) {
   }
   if (state.sample !== id || state.run !== run) return; // another sample or run was opened meanwhile
   const records = detail.records;
-  const models = Object.keys(records);
-  const value = (m, key) => fmt(records[m][key]);
+  const first = Object.values(records)[0] || {};
+  const compared = detail.comparison;
   const parts = [
     el("h2", {}, `Sample ${id}`),
-    el("dl", { class: "fields" }, state.index.params.flatMap((p) => [el("dt", {}, p), el("dd", {}, value(models[0], p))])),
+    el("dl", { class: "fields" }, state.catalog.params.flatMap((p) => [el("dt", {}, p), el("dd", {}, fmt(first[p]))])),
     el("table", { class: "result", id: "comparison" },
-      el("thead", {}, el("tr", {}, ["model", "expected", "output", "score", ""].map((h) => el("th", {}, h)))),
-      el("tbody", {}, models.map((m) => {
-        const brief = state.index.samples.find((s) => s.id === id)?.records[state.index.modelPos[m]];
-        return el("tr", { "data-model": m }, el("th", {}, m),
-          el("td", { class: "output" }, fmt(records[m].expected ?? records[m].gold_label ?? records[m].reference ?? brief?.expected)),
-          el("td", { class: "output" }, records[m].output ?? records[m].predicted_label ?? ""),
-          el("td", {}, fmt(records[m][state.run.value])),
-          el("td", {}, mark(brief?.outcome)));
-      }))),
+      el("thead", {}, el("tr", {}, compared.headings.map((h) => el("th", {}, h)))),
+      el("tbody", {}, compared.rows.map((row) => el("tr", { "data-model": row.model }, el("th", {}, row.model),
+        row.cells.map((cell) => el("td", { class: "mono" }, cell ?? "")), el("td", {}, mark(row.right)))))),
   ];
   if (detail.view_error) parts.push(el("p", { class: "warning" }, detail.view_error));
-  const render = VIEWS[detail.task] || genericView;
-  parts.push(...render(detail, id, full));
+  const context = { id, expandAll: full };
+  if (detail.view) parts.push(...detail.view.blocks.map((block) => renderBlock(block, context)));
+  else parts.push(...recordFields(records));
+  parts.push(el("details", { class: "raw-records" }, el("summary", {}, "every field of the records"), recordFields(records)));
   pane.replaceChildren(...parts);
 }
 
-function genericView(detail) {
-  return Object.entries(detail.records).map(([model, record]) => el("div", { class: "model-block" },
+function recordFields(records) { // a task without a view, or a view that could not be rebuilt: the records as they are
+  return Object.entries(records).map(([model, record]) => el("div", { class: "model-block", "data-model": model },
     el("h3", {}, model),
     el("dl", { class: "fields" }, Object.entries(record).flatMap(([k, v]) => [el("dt", {}, k),
-      el("dd", { class: "output" }, typeof v === "object" && v !== null ? JSON.stringify(v) : fmt(v))]))));
+      el("dd", { class: "mono" }, fmt(v))]))));
+}
+
+// ---- blocks: a sample's view, as a task's sample_view declared it ------------------------------------------------
+function renderBlock(block, context) {
+  const render = BLOCKS[block.type];
+  const body = render ? render(block, context) : el("p", { class: "warning" }, `unknown block type ${block.type}`);
+  if (block.model !== undefined) body.dataset.model = block.model;
+  if (block.title === undefined || block.type === "section" || block.type === "outputs") return body;
+  return el("div", { class: "block", "data-model": block.model }, el("h3", {}, block.title), body);
+}
+
+function renderText(block, context) {
+  const node = block.style === "paragraph" ? el("p") : el(block.style === "mono" ? "p" : "div", { class: block.style });
+  node.append(...block.pieces.map((piece) => renderPiece(piece, context)));
+  return node;
+}
+
+function renderPiece(piece, context) {
+  if (typeof piece === "string") return piece;
+  if (piece.span !== undefined) return el("span", { class: `tone-${piece.tone}` }, piece.span);
+  if (piece.mark !== undefined) {
+    return el("mark", { class: [piece.kind, `tone-${piece.tone}`].filter(Boolean).join(" "), title: piece.note },
+      piece.mark.map((inner) => renderPiece(inner, context)));
+  }
+  return renderElided(piece, context);
 }
 
 // A long stretch shows its two ends and a button for the middle: from the payload when it came whole, else (server)
 // by asking for the sample again with whole texts.
-function elided(part, id, expandAll, label, kind) {
-  const whole = el("span", { class: kind }, part.text ?? "");
-  if (part.head === undefined || (part.text !== undefined && expandAll)) return whole;
+function renderElided(part, context) {
+  const tone = part.tone ? `tone-${part.tone}` : null;
+  const whole = el("span", { class: tone }, part.text ?? "");
+  if (part.text !== undefined && context.expandAll) return whole;
   const holder = el("span", { class: "elided" });
-  const button = el("button", { type: "button", class: "expand", title: "show the middle" }, label);
+  const button = el("button", { type: "button", class: "expand", title: "show the middle" }, part.hidden);
   if (part.text !== undefined) button.addEventListener("click", () => holder.replaceWith(whole));
-  else if (!STATIC) button.addEventListener("click", () => openSample(id, true));
+  else if (!STATIC) button.addEventListener("click", () => openSample(context.id, true));
   else {
     button.disabled = true;
     button.title = "this export holds long texts elided: run `diffeval view` on the run folder to read them whole";
   }
-  holder.append(el("span", { class: kind }, part.head), button, el("span", { class: kind }, part.tail));
+  holder.append(el("span", { class: tone }, part.head), button, el("span", { class: tone }, part.tail));
   return holder;
 }
 
-function needleView(detail, id, expandAll) {
-  if (!detail.view) return genericView(detail);
-  return Object.entries(detail.view.prompts).map(([model, prompt]) => {
-    const block = el("div", { class: "model-block", "data-model": model });
-    if (prompt.error) {
-      block.append(el("h3", {}, `Prompt (${model})`), el("p", { class: "warning" }, prompt.error));
-      return block;
-    }
-    block.append(el("h3", {}, `Prompt as ${model} tokenized it (${prompt.tokens} tokens)`));
-    if (!prompt.matches_record) {
-      block.append(el("p", { class: "warning" }, "the rebuilt prompt differs from the recorded one (tokenizer or data changed since the run)"));
-    }
-    const text = el("div", { class: "prompt", "data-model": model });
-    for (const segment of prompt.segments) {
-      if (segment.kind === "text") text.append(el("span", { class: "scaffold" }, segment.text));
-      else if (segment.kind === "haystack") {
-        text.append(elided(segment, id, expandAll, `… ${segment.elided} haystack tokens …`, "haystack"));
-      } else if (segment.kind === "needle") {
-        text.append(el("mark", { class: `needle${segment.queried ? "" : " other"}`,
-          title: `${segment.queried ? "queried" : "other"} needle: ${segment.city}, tokens ${segment.tokens[0]}-${segment.tokens[1]}` },
-        segment.before, el("mark", { class: "number", "data-expected": segment.expected,
-          title: `recorded span: tokens ${segment.number_tokens[0]}-${segment.number_tokens[1]}` }, segment.number),
-        segment.after));
-      }
-    }
-    block.append(text);
-    return block;
-  });
+function renderFields(block) {
+  return el("dl", { class: "fields" }, block.rows.flatMap((row) => [el("dt", {}, row.label), el("dd", {}, row.text)]));
 }
 
-function attentionView(detail) {
-  const blocks = Object.entries(detail.records).map(([model, record]) => {
-    const shares = record.shares || {};
-    const panels = Object.entries(shares).map(([map, segments]) => shareChart(map, segments));
-    return el("div", { class: "model-block", "data-model": model },
-      el("h3", {}, `${model}: attention shares per layer, query rows ${fmt(record.rows)}`), el("div", {}, panels));
-  });
-  const legend = el("div", { class: "legend" }, Object.entries(SEGMENT_COLOURS).map(([name, colour]) =>
-    el("span", { style: { "--swatch": colour } }, name)));
-  return [legend, ...blocks];
+function renderOutputs(block) {
+  const rows = block.rows.map((row) => el("div", { class: "model-block", "data-model": row.model },
+    el("h3", {}, `${row.model}: `, el("span", { class: row.right === true ? "ok" : row.right === false ? "bad" : "hint" },
+      row.label ?? ""), " ", mark(row.right)),
+    el("p", { class: "mono" }, row.text ?? ""),
+    row.fields.length ? renderFields({ rows: row.fields }) : null));
+  return el("div", { class: "outputs" }, block.title ? el("h3", {}, block.title) : null, rows);
 }
 
-function shareChart(map, segments) {
-  const names = Object.keys(SEGMENT_COLOURS).filter((s) => segments[s]);
-  const layers = segments[names[0]]?.length || 0;
-  const values = names.flatMap((s) => segments[s]);
+function renderSection(block, context) {
+  return el("div", { class: "model-block" }, block.title ? el("h3", {}, block.title, " ", mark(block.right)) : null,
+    block.blocks.map((inner) => renderBlock(inner, context)));
+}
+
+function renderNotice(block) { return el("p", { class: block.level === "warning" ? "warning" : "hint" }, block.text); }
+
+function renderBars(block) {
+  const values = block.bars.map((bar) => bar.value);
+  const best = Math.max(...values), worst = Math.min(...values);
+  return el("table", { class: "result bars" }, el("tbody", {}, block.bars.map((bar) => el("tr", { class: bar.emphasis ? "emphasis" : null },
+    el("th", { style: { color: bar.colour === null ? null : colour(bar.colour) } }, bar.label, bar.note ? ` ${bar.note}` : ""),
+    el("td", {}, bar.text),
+    el("td", { class: "bar-cell" }, el("span", { class: "bar", style: {
+      width: `${best === worst ? 100 : 4 + 120 * (bar.value - worst) / (best - worst)}px`,
+      background: bar.emphasis ? "var(--accent)" : "#c3cad6" } }))))));
+}
+
+function renderLabels(block) {
+  const present = new Set(block.sequence);
+  const legend = el("div", { class: "legend" }, block.names.map((name, i) =>
+    present.has(i) ? el("span", { style: { "--swatch": colour(i) } }, name) : null));
+  const sequence = el("div", { class: "labels" }, block.sequence.map((label, k) =>
+    el("span", { class: "shot", "data-label": label, title: `${k + 1}: ${block.names[label]}`,
+      style: { background: colour(label) } })));
+  return el("div", {}, sequence, legend);
+}
+
+function renderChart(block) {
+  const values = block.series.flatMap((s) => s.values);
   const low = Math.min(0, ...values), high = Math.max(0.01, ...values);
-  const width = 40 + layers * (names.length * 6 + 8), height = 120, top = 18, bottom = 20;
+  const step = block.series.length * 6 + 8;
+  const width = 40 + block.categories.length * step, height = 120, top = 18, bottom = 20;
   const y = (v) => top + (height - top - bottom) * (high - v) / (high - low);
-  const chart = svg("svg", { class: "chart", width, height, "data-map": map, role: "img", "aria-label": `${map} shares per layer` },
-    svg("text", { x: 4, y: 12 }, `${map}`),
+  const chart = svg("svg", { class: "chart", width, height, role: "img", "aria-label": block.title || "chart" },
     svg("line", { x1: 34, x2: width, y1: y(0), y2: y(0), stroke: "#999" }),
     svg("text", { x: 2, y: y(high) + 4 }, high.toFixed(2)), svg("text", { x: 2, y: y(low) }, low.toFixed(2)));
-  for (let layer = 0; layer < layers; layer++) {
-    const x0 = 38 + layer * (names.length * 6 + 8);
-    names.forEach((name, k) => {
-      const v = segments[name][layer];
+  block.categories.forEach((category, c) => {
+    const x0 = 38 + c * step;
+    block.series.forEach((series, k) => {
+      const v = series.values[c];
       chart.append(svg("rect", { x: x0 + k * 6, y: Math.min(y(v), y(0)), width: 5, height: Math.max(1, Math.abs(y(v) - y(0))),
-        fill: SEGMENT_COLOURS[name] }, svg("title", {}, `layer ${layer} ${name}: ${v.toFixed(4)}`)));
+        fill: colour(series.colour) }, svg("title", {}, `${category} ${series.name}: ${series.texts[c]}`)));
     });
-    chart.append(svg("text", { x: x0, y: height - 6 }, `L${layer}`));
-  }
-  return chart;
-}
-
-function iclView(detail) {
-  const view = detail.view;
-  if (!view) return genericView(detail);
-  const legend = el("div", { class: "legend" }, view.labels.map((label, i) =>
-    view.sequence.includes(i) ? el("span", { style: { "--swatch": classColour(i) } }, label) : null));
-  const sequence = el("div", { class: "labels", id: "label-sequence" }, view.sequence.map((label, k) =>
-    el("span", { class: "shot", "data-label": label, title: `shot ${k + 1}: ${view.labels[label]}`,
-      style: { background: classColour(label) } })));
-  const blocks = Object.entries(detail.records).map(([model, record]) => {
-    const scores = record.label_scores || [];
-    const best = Math.max(...scores), worst = Math.min(...scores);
-    return el("div", { class: "model-block", "data-model": model },
-      el("h3", {}, `${model}: gold ${record.gold_label}, predicted ${record.predicted_label ?? "—"}`, " ", mark(record.correct ?? null)),
-      scores.length ? el("table", { class: "result" }, el("tbody", {}, scores.map((score, i) => el("tr", {},
-        el("th", { style: { color: classColour(i) } }, view.labels[i], i === record.gold ? " (gold)" : ""),
-        el("td", {}, score.toFixed(2)),
-        el("td", { style: { textAlign: "left" } }, el("span", { class: "bar", style: {
-          width: `${best === worst ? 100 : 4 + 120 * (score - worst) / (best - worst)}px`,
-          background: i === record.prediction ? "var(--accent)" : "#c3cad6" } })))))) : el("p", { class: "hint" }, record.status));
+    chart.append(svg("text", { x: x0, y: height - 6 }, category));
   });
-  return [el("h3", {}, `Demonstration order: ${view.sequence.length} shots (${detail.records[Object.keys(detail.records)[0]].order})`),
-    sequence, legend, el("h3", {}, "Test query"), el("p", { class: "output" }, view.query), ...blocks];
+  const legend = el("div", { class: "legend" }, block.series.map((s) => el("span", { style: { "--swatch": colour(s.colour) } }, s.name)));
+  return el("div", { class: "chart-block" }, legend, chart);
 }
 
-function hallucinationView(detail, id, expandAll) {
-  const view = detail.view;
-  const parts = [];
-  if (view) {
-    if (view.question) parts.push(el("h3", {}, "Question"), el("p", {}, view.question));
-    const doc = view.document;
-    const body = el("div", { class: "document" }, elided(doc, id, expandAll, `… ${doc.elided} characters …`, "text"));
-    parts.push(el("h3", {}, `Document (${doc.chars} characters)`), body);
-  }
-  const first = Object.values(detail.records)[0];
-  parts.push(el("h3", {}, "Reference"), el("p", {}, first.reference || ""));
-  for (const [model, record] of Object.entries(detail.records)) {
-    parts.push(el("div", { class: "model-block", "data-model": model },
-      el("h3", {}, `${model}: `, record.verdict === true ? el("span", { class: "ok" }, "hallucination-free")
-        : record.verdict === false ? el("span", { class: "bad" }, "hallucinated") : el("span", { class: "hint" }, "verdict unparsed")),
-      el("p", { class: "output" }, record.output),
-      el("dl", { class: "fields" }, el("dt", {}, "judge"), el("dd", {}, record.judge),
-        el("dt", {}, "rationale"), el("dd", {}, record.judge_rationale || "—"),
-        el("dt", {}, "document tokens cut"), el("dd", {}, fmt(record.truncated_tokens)))));
-  }
-  return parts;
-}
-
-const VIEWS = { needle: needleView, attention: attentionView, icl: iclView, hallucination: hallucinationView };
+const BLOCKS = {
+  text: renderText, fields: renderFields, outputs: renderOutputs, bars: renderBars, chart: renderChart,
+  labels: renderLabels, notice: renderNotice, section: renderSection,
+};
 
 start();

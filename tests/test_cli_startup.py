@@ -1,0 +1,100 @@
+"""The command line answers at once: importing it loads none of the heavy libraries, and `--help`, every task's
+`--help` and a bad-input error work through the real CLI without loading one either (the start-up's speed is
+measured by benchmarks/cli_speed.py, not timed here)."""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import fields
+
+import pytest
+
+from diffeval.config import RunConfig
+from diffeval.tasks import TASKS
+
+HEAVY = ("torch", "transformers", "pandas", "matplotlib", "scipy", "vllm", "ray", "datasets", "numpy")
+
+# Runs the CLI's entry point with the given arguments; on exit, whatever the exit code, writes which heavy
+# libraries were imported to the file named by argv[1].
+PROBE = """
+import atexit, json, sys
+heavy, report, args = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+atexit.register(lambda: open(report, "w").write(json.dumps(sorted(m for m in heavy if m in sys.modules))))
+sys.argv = ["diffeval", *args]
+from diffeval.cli import main
+main()
+"""
+
+
+def run_probed(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The real CLI in a fresh interpreter, and the heavy libraries it had imported when it exited."""
+    report = tmp_path / "heavy.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY), str(report), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    return result, json.loads(report.read_text())
+
+
+def test_importing_the_cli_loads_no_heavy_library():
+    code = f"import sys, diffeval.cli; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_help_lists_every_command(tmp_path):
+    result, heavy = run_probed(tmp_path, "--help")
+    assert result.returncode == 0, result.stderr
+    for command in ("run", "report", "compare", "view", "models", "toy"):
+        assert f"│ {command} " in result.stdout
+    assert heavy == []
+
+
+def declared_flags(name: str) -> list[str]:
+    """Every flag `diffeval run NAME` takes, from the declarations (config.option): the task's options, then
+    RunConfig's common ones and those the task lists."""
+    task = TASKS[name]
+    declared = [f for f in fields(task.options) if f.metadata.get("cli", True)]
+    declared += [
+        f for f in fields(RunConfig) if "help" in f.metadata and (f.metadata["cli"] or f.name in task.run_options)
+    ]
+    flags = ["--model", "--config"]
+    for f in declared:
+        flags += (f.metadata.get("flag") or "--" + f.name.replace("_", "-")).split("/")
+    return flags
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_task_help_lists_its_options(tmp_path, name):
+    result, heavy = run_probed(tmp_path, "run", name, "--help")
+    assert result.returncode == 0, result.stderr
+    assert TASKS[name].help in " ".join(result.stdout.split())
+    listed = {word.strip(",") for line in result.stdout.splitlines() for word in line.split() if word.startswith("--")}
+    assert set(declared_flags(name)) <= listed, set(declared_flags(name)) - listed
+    assert {"--dry-run", "--tokens-per-s"} <= listed
+    assert heavy == []
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "needle", "--ctx", "0k"], "error: bad context length '0k': use a positive integer or NNk, e.g. 4k,8k"),
+        (["run", "needle", "--depths", "0,200"], "error: depth 200 is outside 0-100"),
+        (["run", "quantize", "--granularity", "cell"], "error: bad --granularity 'cell': use one of tensor, head, row"),
+        (["run", "needle", "--no-such-flag"], "error: No such option: --no-such-flag"),
+        (["run", "no-such-task"], "error: No such command 'no-such-task'"),
+    ],
+)
+def test_bad_input_is_one_line_before_any_heavy_import(tmp_path, args, message):
+    result, heavy = run_probed(tmp_path, *args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+    assert heavy == []
