@@ -79,7 +79,7 @@ def test_run_on_a_broken_checkpoint_leaves_no_folder(broken_checkpoints, tmp_pat
     [
         (["models", "inspect", "toy-base", "--dtype", "int3"], "bad --device"),
         (["models", "inspect", "./no/such/model"], "does not exist"),
-        (["toy", "train", "--kind", "cnn", "--out", "x"], "use diff or base"),
+        (["toy", "train", "--kind", "cnn", "--out", "x"], "use diff, diff2 or base"),
         (["toy", "export", "--work", "/no/such/work", "--out", "x"], "/no/such/work"),
         (["toy", "plot", "no-equals-sign"], "NAME=LOSS_CSV"),
         (["toy", "plot", "a=/no/such/log.csv"], "/no/such/log.csv"),

@@ -14,23 +14,58 @@ from diffeval.models.spec import BUILTIN_MODELS, builtin_models
 from diffeval.tasks import build_config
 from diffeval.tasks.needle import CITIES
 from diffeval.toy.corpus import TRAIN_PLACES, DocumentMaker
-from diffeval.toy.train import TrainConfig, train
+from diffeval.toy.train import TrainConfig, build_model, parameter_matched_ffn, train
 
 REFERENCE_RUN = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
+THREE_WAY_RUN = Path(__file__).resolve().parents[1] / "results" / "toy-three-way"
 
 
 def test_pair_ships_as_package_data_and_is_the_default():
-    assert builtin_models() == ["toy-base", "toy-diff"]
+    assert builtin_models() == ["toy-base", "toy-diff", "toy-diff2"]
     config = build_config("needle", {}, {"ctx": "1k"})
     assert [(m.name, m.spec) for m in config.models] == [("diff", "toy-diff"), ("base", "toy-base")]
     sizes = [(BUILTIN_MODELS / m / "model.safetensors").stat().st_size for m in builtin_models()]
     assert sum(sizes) < 50 * 2**20
-    diff, base = (
+    diff, diff2, base = (
         sum(t.numel() for t in load_file(BUILTIN_MODELS / m / "model.safetensors").values())
-        for m in ("toy-diff", "toy-base")
+        for m in ("toy-diff", "toy-diff2", "toy-base")
     )
     assert abs(diff - base) / base < 0.02
+    assert diff2 == base  # V2's extra query heads and λ projection are paid for by a narrower FFN
+    tokenizers = {(BUILTIN_MODELS / m / "tokenizer.json").read_bytes() for m in builtin_models()}
+    assert len(tokenizers) == 1
     assert not set(TRAIN_PLACES) & set(CITIES)  # training keys are disjoint from the evaluation's
+
+
+@pytest.mark.parametrize("kind", ["diff", "diff2", "base"])
+def test_toy_recipe_matches_parameters_across_kinds(kind):
+    sizes = TrainConfig(kind=kind, out="unused", work="unused")
+    ffn = parameter_matched_ffn(kind, sizes.hidden, sizes.heads, sizes.head_dim, sizes.ffn)
+    model = build_model(replace(sizes, ffn=ffn), vocab_size=2048)
+    baseline = build_model(replace(sizes, kind="base"), vocab_size=2048)
+    extra = sum(p.numel() for p in model.parameters()) - sum(p.numel() for p in baseline.parameters())
+    # V1 keeps the FFN and adds its λ vectors (λq1, λk1, λq2, λk2 per layer); V2's FFN pays for its extra weights
+    assert extra == {"diff": 4 * sizes.head_dim * sizes.layers}.get(kind, 0)
+    assert type(model).__name__ == {"diff": "DiffLlamaForCausalLM", "diff2": "DiffLlama2ForCausalLM"}.get(
+        kind, "LlamaForCausalLM"
+    )
+
+
+def test_toy_diff2_reproduces_the_three_way_run(tmp_path):
+    """The real CLI on the shipped V2 weights: the committed three-way run's 1K single-needle cell, exactly."""
+    out = tmp_path / "v2"
+    cell = ["--ctx", "1k", "--needles", "1", "--queries", "1", "--depths", "0,25,50,75,100", "--samples", "20"]
+    result = run_cli("run", "needle", "-m", "v2=toy-diff2", *cell, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    reference = {
+        r["sample_id"]: r["output"]
+        for r in map(json.loads, (THREE_WAY_RUN / "samples.jsonl").read_text().splitlines())
+        if r["model"] == "v2"
+    }
+    assert len(records) == 100 and all(reference[r["sample_id"]] == r["output"] for r in records)
+    accuracy = sum(r["score"] for r in records) / 100
+    assert f"toy-diff2 | {accuracy:.2f}" in (BUILTIN_MODELS / "MODEL_CARD.md").read_text()
 
 
 def test_default_run_reproduces_the_reference_run(tmp_path):
@@ -132,11 +167,12 @@ def _tiny(tmp_path: Path, name: str, **overrides) -> TrainConfig:
     return replace(config, **overrides)
 
 
-def test_training_is_deterministic_and_resumes(tmp_path):
-    straight = _tiny(tmp_path, "straight")
+@pytest.mark.parametrize("kind", ["diff", "diff2"])
+def test_training_is_deterministic_and_resumes(tmp_path, kind):
+    straight = _tiny(tmp_path, "straight", kind=kind)
     train(straight, log=lambda line: None)
 
-    interrupted = _tiny(tmp_path, "interrupted")
+    interrupted = _tiny(tmp_path, "interrupted", kind=kind)
 
     def stop_at_step_3(line: str) -> None:
         if line.startswith("step 3 "):

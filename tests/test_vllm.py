@@ -412,14 +412,16 @@ def test_real_checkpoints_run_every_vllm_task_through_the_cli(real_models, task,
 V2_SHAPES = {"diff2-gqa": dict(seed=8, kv_heads=2), "diff2-mha": dict(seed=9, kv_heads=4)}  # h = 4 over h_kv
 
 
-@pytest.fixture(scope="module", params=list(V2_SHAPES))
+@pytest.fixture(scope="module", params=[*V2_SHAPES, "toy-diff2"])
 def v2_pair(request, tiny_models, tmp_path_factory):
-    """A random DiffLlama2 (h = 4 differential heads, 8 query heads of head_dim 32, h_kv = 2 or 4) on both engines:
-    (hf backend, vllm backend)."""
-    shape = V2_SHAPES[request.param]
-    path = tmp_path_factory.mktemp("diff2") / request.param
-    build_tiny_model("diff2", tiny_models["tok_a"], path, seed=shape["seed"], hidden=128, heads=4,
-                     kv_heads=shape["kv_heads"], head_dim=32)  # fmt: skip
+    """A random DiffLlama2 (h = 4 differential heads, 8 query heads of head_dim 32, h_kv = 2 or 4), and the trained
+    built-in toy-diff2, on both engines: (hf backend, vllm backend)."""
+    path = request.param
+    if request.param in V2_SHAPES:
+        shape = V2_SHAPES[request.param]
+        path = tmp_path_factory.mktemp("diff2") / request.param
+        build_tiny_model("diff2", tiny_models["tok_a"], path, seed=shape["seed"], hidden=128, heads=4,
+                         kv_heads=shape["kv_heads"], head_dim=32)  # fmt: skip
     spec = ModelSpec("m", str(path))
     settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8, enforce_eager=True)
     hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")

@@ -939,6 +939,8 @@ TASK = Task(
     prepare_batch=prepare_batch,
     sizing=sizing,
     sample_view=sample_view,
+    # a count in a column that missing values (models without an effective length) turn into floats
+    decimals={"resamples with base below floor": 0},
     scoring_rules=SCORING_RULES,
     rescore=rescore,
 )

@@ -16,7 +16,9 @@ Opt = typer.Option
 
 @toy_app.command("train")
 def train_command(
-    kind: Annotated[str, Opt(help="diff (DiffLlamaForCausalLM) | base (LlamaForCausalLM)")],
+    kind: Annotated[
+        str, Opt(help="diff (DiffLlamaForCausalLM, V1) | diff2 (DiffLlama2ForCausalLM, V2) | base (LlamaForCausalLM)")
+    ],
     out: Annotated[str, Opt(help="model folder to write (config, weights, tokenizer)")],
     work: Annotated[str | None, Opt(help="checkpoint and loss-log folder [default: OUT.work]")] = None,
     steps: Annotated[int, Opt(help="optimizer steps")] = 4400,
@@ -26,10 +28,11 @@ def train_command(
     lr: Annotated[float, Opt(help="peak AdamW learning rate")] = 1e-3,
 ) -> None:
     """Train one model (resumes from WORK/checkpoint.pt when present)."""
-    from diffeval.toy.train import TrainConfig, train
+    from diffeval.toy.train import TrainConfig, parameter_matched_ffn, train
 
-    if kind not in ("diff", "base"):
-        raise typer.BadParameter("use diff or base", param_hint="--kind")
+    if kind not in ("diff", "diff2", "base"):
+        raise typer.BadParameter("use diff, diff2 or base", param_hint="--kind")
+    sizes = TrainConfig(kind=kind, out=out, work="")
     config = TrainConfig(
         kind=kind,
         out=out,
@@ -39,6 +42,7 @@ def train_command(
         data_seed=data_seed,
         tokens_per_step=tokens_per_step,
         lr=lr,
+        ffn=parameter_matched_ffn(kind, sizes.hidden, sizes.heads, sizes.head_dim, sizes.ffn),
     )
     train(config, log=lambda line: typer.echo(line, err=True))
 

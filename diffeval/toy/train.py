@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import DiffLlamaForCausalLM, GenerationConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import GenerationConfig, PreTrainedTokenizerFast
 
-from diffeval.models.tiny import tiny_config, train_tokenizer
+from diffeval.models.tiny import KINDS, tiny_config, train_tokenizer
 from diffeval.toy.corpus import DocumentMaker, tokenizer_texts
 from diffeval.toy.evaluate import needle_accuracy
 
@@ -30,7 +30,7 @@ LOG_FIELDS = ["step", "length", "loss", "answer_loss", "lr", "seconds", "val_acc
 
 @dataclass
 class TrainConfig:
-    kind: str  # diff | base
+    kind: str  # diff (V1) | diff2 (V2) | base
     out: str  # the shipped model folder (config, weights, tokenizer)
     work: str  # checkpoint and loss log
     steps: int = 4400
@@ -79,7 +79,20 @@ def build_model(config: TrainConfig, vocab_size: int):
         max_positions=65536,
     )
     model_config._attn_implementation = "sdpa"
-    return DiffLlamaForCausalLM(model_config) if config.kind == "diff" else LlamaForCausalLM(model_config)
+    return KINDS[config.kind][1](model_config)
+
+
+def parameter_matched_ffn(kind: str, hidden: int, heads: int, head_dim: int, ffn: int) -> int:
+    """The FFN width at which a `kind` model has the baseline's parameter count (to within one FFN column).
+
+    V1 adds only the λ vectors (4 × head_dim per layer), so it keeps `ffn`. V2's q_proj makes h more query heads
+    (h × head_dim × hidden more weights) and its lambda_proj adds h × hidden; an FFN column costs 3 × hidden
+    (gate, up, down), so V2 gives up that many columns.
+    """
+    if kind != "diff2":
+        return ffn
+    extra = heads * head_dim * hidden + heads * hidden
+    return ffn - round(extra / (3 * hidden))
 
 
 def learning_rate(config: TrainConfig, step: int) -> float:
