@@ -203,12 +203,17 @@ def compare(
     table = gates.compare(gates.run_folders([old]), gates.run_folders([new]), max_drop, alpha, warn)
     if table.empty:
         raise InputError(f"{old} and {new} share no task, metric and model: compare runs of the same evaluation")
-    console.print(table.to_markdown(index=False, floatfmt=".4f"), markup=False, highlight=False, soft_wrap=True)
+    from diffeval.report.format import NumberFormats, markdown_table, p_value_text
+
+    # the report's number format: metrics and their drops with the default decimals, p-values in their own format
+    decimals = NumberFormats().decimals("compare", "drop")
+    shown = markdown_table("compare", table.set_index(["task", "metric", "model"]), NumberFormats())
+    console.print(shown, markup=False, highlight=False, soft_wrap=True)
     regressed = table[table["regressed"]]
     for row in regressed.itertuples():
         err_console.print(
-            f"regression: {row.task}.{row.metric}@{row.model} dropped {row.drop:.4f} "
-            f"({row.old:.4f} -> {row.new:.4f}, p = {row.p_value:.4g})",
+            f"regression: {row.task}.{row.metric}@{row.model} dropped {row.drop:.{decimals}f} "
+            f"({row.old:.{decimals}f} -> {row.new:.{decimals}f}, p = {p_value_text(row.p_value)})",
             soft_wrap=True,
         )
     if len(regressed):

@@ -243,7 +243,7 @@ def test_compare_exit_codes(tmp_path):
     noisy = _folder(tmp_path, "noisy", "needle", needle_records((1,) * 36 + (0,) * 4, (1,) * many))
     assert run_cli("compare", str(old), str(same)).returncode == 0
     result = run_cli("compare", str(old), str(worse), "--max-drop", "0.02")
-    assert result.returncode == 1 and "regression: needle.accuracy@diff dropped 0.5000" in result.stderr
+    assert result.returncode == 1 and "regression: needle.accuracy@diff dropped 0.500 " in result.stderr
     # a 10-point drop on 4 discordant pairs is not significant (McNemar p = 0.125)
     assert run_cli("compare", str(old), str(noisy), "--max-drop", "0.02").returncode == 0
     unrelated = _folder(tmp_path, "icl", "icl", icl_records())
