@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from diffeval.config import DEVICES, DTYPES, RunConfig, load_yaml, value_type
@@ -47,7 +48,8 @@ ENTRY_OPTIONS = {
 
 def _cli_option(f: Field):
     declaration = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-    return Annotated[value_type(f) | None, Opt(declaration, help=f.metadata["help"])]
+    # Typer renders help as Rich markup, which would swallow "[default: hf]" as a tag
+    return Annotated[value_type(f) | None, Opt(declaration, help=escape(f.metadata["help"]))]
 
 
 def task_options(task: Task) -> dict:

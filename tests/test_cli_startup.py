@@ -79,6 +79,8 @@ def test_every_task_help_lists_its_options(tmp_path, name):
     listed = {word.strip(",") for line in result.stdout.splitlines() for word in line.split() if word.startswith("--")}
     assert set(declared_flags(name)) <= listed, set(declared_flags(name)) - listed
     assert {"--dry-run", "--tokens-per-s"} <= listed
+    help_text = " ".join(result.stdout.replace("│", " ").split())
+    assert "[default: hf]" in help_text  # help text is shown as written, not read as markup
     assert heavy == []
 
 
