@@ -308,6 +308,8 @@ def _write(src: Path, dst: Path, tensors: dict, config) -> None:
     """DST: the converted weights (sharded as transformers shards), the new config, and every other file of SRC
     (tokenizer, generation config) as it is."""
     from huggingface_hub import split_torch_state_dict_into_shards
+    from rich.console import Console
+    from rich.progress import track
     from safetensors.torch import save_file
 
     dst.mkdir(parents=True, exist_ok=True)
@@ -317,7 +319,10 @@ def _write(src: Path, dst: Path, tensors: dict, config) -> None:
             shutil.copy2(path, dst / path.name)
     config.save_pretrained(dst)
     split = split_torch_state_dict_into_shards(tensors, max_shard_size="5GB")
-    for file_name, names in split.filename_to_tensors.items():
+    shards = track(  # a 7B model is three 5 GB shards: minutes on a slow disk
+        split.filename_to_tensors.items(), "writing shards", console=Console(stderr=True), transient=True
+    )
+    for file_name, names in shards:
         save_file({name: tensors[name].contiguous() for name in names}, dst / file_name, metadata={"format": "pt"})
     if split.is_sharded:
         index = {"metadata": split.metadata, "weight_map": split.tensor_to_filename}
