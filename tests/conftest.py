@@ -162,3 +162,10 @@ class EngineLog:
         gc.collect()
         return [name for name, ref in self._held if ref() is not None]
 
+
+def noise_ids(backend, tokens: int) -> list[int]:
+    """The first `tokens` ids of the noise haystack, repeated as often as needed, in `backend`'s tokenizer."""
+    repeats = 1
+    while len(ids := backend.encode(" ".join(NOISE_SENTENCES * repeats)).ids) < tokens:
+        repeats *= 2
+    return ids[:tokens]

