@@ -1,7 +1,8 @@
 """The built-in reference pair: default models, names, the shipped weights, and deterministic resumable training."""
 
 import json
-from dataclasses import replace
+import shutil
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
@@ -9,12 +10,13 @@ import torch
 from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
-from conftest import run_cli
+from conftest import run_cli, run_cli_in_process
+from diffeval.errors import InputError
 from diffeval.models.spec import BUILTIN_MODELS, builtin_models
 from diffeval.tasks import build_config
 from diffeval.tasks.needle import CITIES
 from diffeval.toy.corpus import TRAIN_PLACES, DocumentMaker
-from diffeval.toy.train import TrainConfig, build_model, parameter_matched_ffn, train
+from diffeval.toy.train import RUN_MARKER, TrainConfig, build_model, parameter_matched_ffn, train
 
 REFERENCE_RUN = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
 THREE_WAY_RUN = Path(__file__).resolve().parents[1] / "results" / "toy-three-way"
@@ -199,3 +201,80 @@ def test_ci_smoke_runs_on_the_default_pair(tmp_path):
     assert runs == {"needle", "attention", "icl", "hallucination"}
     models = {json.loads(line)["model"] for line in (out / "needle" / "samples.jsonl").read_text().splitlines()}
     assert models == {"diff", "base"}
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    "options",
+    [["--steps", "0"], ["--steps", "-3"], ["--tokens-per-step", "0"], ["--lr", "0"], ["--lr", "nan"]],
+)
+def test_toy_train_refuses_counts_that_are_not_positive(tmp_path, options):
+    out = tmp_path / "model"
+    result = run_cli_in_process("toy", "train", "--kind", "diff", "--out", str(out), *options)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert options[0] in result.stderr and not out.exists() and not (tmp_path / "model.work").exists()
+
+
+def test_toy_train_refuses_a_non_empty_out_without_overwrite(tmp_path):
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result = run_cli_in_process("toy", "train", "--kind", "base", "--out", str(out))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "is not empty" in result.stderr and "--overwrite" in result.stderr
+    assert _snapshot(out) == {"notes.txt": b"mine"} and not (tmp_path / "model.work").exists()
+
+
+@pytest.mark.parametrize("overwrite", [[], ["--overwrite"]])
+def test_toy_train_never_replaces_a_model_it_did_not_start(tmp_path, overwrite):
+    """The shipped toy-base has no run marker: `toy train --out` over a copy of it leaves every byte as it was."""
+    out = tmp_path / "toy-base"
+    shutil.copytree(BUILTIN_MODELS / "toy-base", out)
+    before = _snapshot(out)
+    result = run_cli_in_process("toy", "train", "--kind", "base", "--out", str(out), *overwrite)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "did not start" in result.stderr and "even with --overwrite" in result.stderr
+    assert _snapshot(out) == before and not (tmp_path / "toy-base.work").exists()
+
+
+def test_toy_train_resumes_its_own_folder_and_refuses_another_runs(tmp_path):
+    config = _tiny(tmp_path, "model", steps=2)
+    train(config, log=lambda line: None)
+    out, work = Path(config.out), Path(config.work)
+    assert json.loads((out / RUN_MARKER).read_text()) == asdict(config)
+    trained = _snapshot(out), _snapshot(work)
+    messages = []
+    train(config, log=messages.append)  # the same run again: resumes its finished checkpoint, the same model
+    assert any(m.startswith("resumed at step 2") for m in messages)
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "training_log.csv"):
+        assert (out / name).read_bytes() == trained[0][name]
+    assert _snapshot(work) == trained[1]
+    trained = _snapshot(out), _snapshot(work)
+    longer = replace(config, steps=3)
+    with pytest.raises(InputError, match=r"other settings \(steps 2 → 3\).*even with --overwrite"):
+        train(longer, log=lambda line: None, overwrite=True)
+    with pytest.raises(InputError, match=r"--work .* holds a checkpoint of other settings \(.*steps 2 → 3\)"):
+        train(replace(longer, out=str(tmp_path / "fresh")), log=lambda line: None, overwrite=True)
+    assert (_snapshot(out), _snapshot(work)) == trained and not (tmp_path / "fresh").exists()
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "config.json").write_text("{}")
+    exported = run_cli_in_process("toy", "export", "--work", str(work), "--out", str(other))
+    assert exported.returncode == 2 and "is not empty" in exported.stderr and _snapshot(other) == {"config.json": b"{}"}
+
+
+def test_toy_train_overwrite_writes_into_a_folder_without_a_model(tmp_path):
+    """--overwrite lets a run start in a non-empty folder; a tokenizer file left there is not taken as this run's."""
+    config = _tiny(tmp_path, "model", steps=1)
+    out = Path(config.out)
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    (out / "tokenizer.json").write_text("{not a tokenizer")
+    with pytest.raises(InputError, match="is not empty"):
+        train(config, log=lambda line: None)
+    train(config, log=lambda line: None, overwrite=True)
+    assert (out / "notes.txt").read_text() == "mine" and (out / "model.safetensors").is_file()
+    assert len(PreTrainedTokenizerFast.from_pretrained(out)) == config.vocab_size

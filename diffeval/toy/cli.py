@@ -26,12 +26,20 @@ def train_command(
     data_seed: Annotated[int, Opt(help="corpus seed")] = 0,
     tokens_per_step: Annotated[int, Opt(help="tokens per batch at every curriculum length")] = 2048,
     lr: Annotated[float, Opt(help="peak AdamW learning rate")] = 1e-3,
+    overwrite: Annotated[
+        bool, Opt("--overwrite", help="write into a non-empty --out or --work (never over a model another run wrote)")
+    ] = False,
 ) -> None:
     """Train one model (resumes from WORK/checkpoint.pt when present)."""
-    from diffeval.toy.train import TrainConfig, parameter_matched_ffn, train
-
     if kind not in ("diff", "diff2", "base"):
         raise typer.BadParameter("use diff, diff2 or base", param_hint="--kind")
+    for flag, value in (("--steps", steps), ("--tokens-per-step", tokens_per_step)):
+        if value < 1:
+            raise InputError(f"{flag} {value}: give a positive whole number")
+    if not 0 < lr < float("inf"):
+        raise InputError(f"--lr {lr}: give a positive learning rate, e.g. 1e-3")
+    from diffeval.toy.train import TrainConfig, parameter_matched_ffn, train
+
     sizes = TrainConfig(kind=kind, out=out, work="")
     config = TrainConfig(
         kind=kind,
@@ -44,7 +52,7 @@ def train_command(
         lr=lr,
         ffn=parameter_matched_ffn(kind, sizes.hidden, sizes.heads, sizes.head_dim, sizes.ffn),
     )
-    train(config, log=lambda line: typer.echo(line, err=True))
+    train(config, log=lambda line: typer.echo(line, err=True), overwrite=overwrite)
 
 
 @toy_app.command("export")

@@ -21,11 +21,15 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, PreTrainedTokenizerFast
 
+from diffeval.errors import InputError
 from diffeval.models.tiny import KINDS, tiny_config, train_tokenizer
 from diffeval.toy.corpus import DocumentMaker, tokenizer_texts
 from diffeval.toy.evaluate import needle_accuracy
 
 LOG_FIELDS = ["step", "length", "loss", "answer_loss", "lr", "seconds", "val_accuracy"]
+# written into --out when training starts there: the run's settings, so that a rerun of the same run resumes into the
+# folder and nothing else (another run, a model trained elsewhere) is ever replaced
+RUN_MARKER = "diffeval_toy_run.json"
 
 
 @dataclass
@@ -58,11 +62,71 @@ class TrainConfig:
     checkpoint_minutes: float = 3.0
 
 
-def build_tokenizer(config: TrainConfig) -> PreTrainedTokenizerFast:
+def build_tokenizer(config: TrainConfig, resuming: bool) -> PreTrainedTokenizerFast:
     out = Path(config.out)
-    if (out / "tokenizer.json").is_file():
+    if resuming and (out / "tokenizer.json").is_file():  # a tokenizer left by anything else is not this run's
         return PreTrainedTokenizerFast.from_pretrained(out)
     return train_tokenizer(tokenizer_texts(), config.vocab_size, out)
+
+
+def claim_folders(config: TrainConfig, overwrite: bool = False) -> bool:
+    """Before anything is written: may this run write into --out and --work? True when they are this run's own (the
+    same settings started there: a rerun resumes). A non-empty folder needs `overwrite`; a model or checkpoint that
+    another run (or anything but `toy train`) wrote is refused even then. On success --out holds the run's marker."""
+    out, work = Path(config.out), Path(config.work)
+    settings = asdict(config)
+    for flag, folder in (("--out", out), ("--work", work)):
+        if folder.exists() and not folder.is_dir():
+            raise InputError(f"{flag} {folder} is a file: give a folder")
+    started = _read_json(out / RUN_MARKER)
+    ours = started == settings
+    if not ours and _non_empty(out):
+        holds_model = (out / "config.json").is_file() or any(out.glob("*.safetensors"))
+        if holds_model and started is None:
+            raise InputError(
+                f"--out {out} holds a model that `diffeval toy train` did not start (no {RUN_MARKER}): it is never "
+                "replaced, even with --overwrite; give a new folder"
+            )
+        if holds_model:
+            raise InputError(
+                f"--out {out} holds a model trained with other settings ({_differences(started, settings)}): it is "
+                f"never replaced, even with --overwrite; give a new folder, or rerun with the settings in "
+                f"{out / RUN_MARKER} to resume it"
+            )
+        if not overwrite:
+            raise InputError(f"--out {out} is not empty: give a new or empty folder, or --overwrite to write into it")
+    checkpoint = work / "checkpoint.pt"
+    if checkpoint.is_file():
+        state = torch.load(checkpoint, weights_only=False, map_location="cpu")
+        if state.get("config") != settings:
+            raise InputError(
+                f"--work {work} holds a checkpoint of other settings ({_differences(state.get('config'), settings)}): "
+                "it is never replaced, even with --overwrite; give a new --work folder, or rerun with its settings"
+            )
+    elif _non_empty(work) and _read_json(work / "config.json") != settings and not overwrite:
+        raise InputError(f"--work {work} is not empty: give a new or empty folder, or --overwrite to write into it")
+    out.mkdir(parents=True, exist_ok=True)
+    (out / RUN_MARKER).write_text(json.dumps(settings, indent=2))
+    return ours
+
+
+def _non_empty(folder: Path) -> bool:
+    return folder.is_dir() and any(folder.iterdir())
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text()) if path.is_file() else None
+    except (OSError, ValueError):
+        return None
+
+
+def _differences(found, settings: dict) -> str:
+    """The settings that differ, as `name found → this run's` (at most three)."""
+    found = found if isinstance(found, dict) else {}
+    changed = [k for k in settings if found.get(k) != settings[k]]
+    shown = ", ".join(f"{k} {found.get(k)!r} → {settings[k]!r}" for k in changed[:3])
+    return shown + (f" and {len(changed) - 3} more" if len(changed) > 3 else "")
 
 
 def build_model(config: TrainConfig, vocab_size: int):
@@ -113,23 +177,21 @@ def weighted_loss(model, ids: torch.Tensor, weights: torch.Tensor) -> tuple[torc
     return loss, answer_loss
 
 
-def train(config: TrainConfig, log: Callable[[str], None] = print) -> Path:
+def train(config: TrainConfig, log: Callable[[str], None] = print, overwrite: bool = False) -> Path:
+    resuming = claim_folders(config, overwrite)
     torch.set_num_threads(1)  # the pair trains side by side, one core each; one thread is also deterministic
     torch.use_deterministic_algorithms(True)
     random.seed(config.seed)
     out, work = Path(config.out), Path(config.work)
-    out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(config)
+    tokenizer = build_tokenizer(config, resuming)
     maker = DocumentMaker(tokenizer, answer_weight=config.answer_weight, copy_share=config.copy_share)
     model = build_model(config, len(tokenizer))
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay)
     checkpoint_path, log_path = work / "checkpoint.pt", work / "loss.csv"
     step, stage, elapsed = 0, 0, 0.0
     if checkpoint_path.is_file():
-        state = torch.load(checkpoint_path, weights_only=False)
-        if state["config"] != asdict(config):
-            raise ValueError(f"{checkpoint_path} was written by another configuration: use a fresh --work folder")
+        state = torch.load(checkpoint_path, weights_only=False)  # claim_folders checked its settings are this run's
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, stage, elapsed = state["step"], state["stage"], state["seconds"]
@@ -219,6 +281,8 @@ def export_checkpoint(work: str | Path, out: str | Path) -> int:
     """Write a work folder's latest checkpoint as a model folder (e.g. to evaluate or ship an unfinished run)."""
     work = Path(work)
     state = torch.load(work / "checkpoint.pt", weights_only=False)
+    if _non_empty(Path(out)) and _read_json(Path(out) / RUN_MARKER) != state["config"]:
+        raise InputError(f"--out {out} is not empty and not this run's model folder: give a new or empty folder")
     config = TrainConfig(**state["config"])
     tokenizer = PreTrainedTokenizerFast.from_pretrained(config.out)
     model = build_model(config, len(tokenizer))
