@@ -7,6 +7,7 @@ belongs to the run's identity. The CLI and the identity rules are derived from t
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import math
@@ -135,6 +136,14 @@ class RunConfig:
     max_model_len: int | None = option(
         None, help="vllm: longest sequence [default: the longest --ctx]", type=int, identity=False
     )
+    # engine settings (hf): how many cores torch uses changes only the speed
+    threads: int | None = option(
+        None,
+        help="hf: torch threads [default: the cores this process may use minus the load average on them at start, at "
+        "least 1]",
+        type=int,
+        identity=False,
+    )
     # scale-out on Ray: where and how wide a run goes, never what it computes
     ray: str | None = option(
         None, help="run on Ray: alone, a local instance; auto or HOST:PORT joins a cluster", identity=False
@@ -154,6 +163,11 @@ class RunConfig:
         help="--dry-run: estimate the time at this many tokens/s per model (prompt + generated, as the progress bar "
         "counts them); without it, at the rate an earlier run folder of the same models recorded",
         type=float,
+        identity=False,
+    )
+    calibrate: bool = option(
+        False,
+        help="--dry-run: load each model and time one sample per length, and estimate the time from that",
         identity=False,
     )
     kv_cache_gib: float | None = option(
@@ -196,6 +210,14 @@ class RunConfig:
                 raise InputError(f"--tokens-per-s {self.tokens_per_s:g}: give a positive rate, e.g. 20000")
             if not self.dry_run:
                 raise InputError("--tokens-per-s only sizes a dry run: add --dry-run, or leave it out")
+        if self.calibrate and not self.dry_run:
+            raise InputError("--calibrate only sizes a dry run: add --dry-run, or leave it out")
+        if self.calibrate and self.tokens_per_s is not None:
+            raise InputError("--calibrate and --tokens-per-s both set the dry run's rate: give one of them")
+        if self.threads is not None and self.threads < 1:
+            raise InputError(
+                f"--threads {self.threads}: give at least 1, or leave it out for the cores the load leaves free"
+            )
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
         self.options.validate()
@@ -294,8 +316,10 @@ def find_preset(name_or_path: str) -> Path:
     packaged = resources.files("diffeval") / "presets" / f"{path.stem}.yaml"
     if packaged.is_file():
         return Path(str(packaged))
+    near = difflib.get_close_matches(path.stem, list_presets(), n=1, cutoff=0.8)
+    hint = f"did you mean {near[0]}? Or give" if near else "give"
     raise InputError(
-        f"config {name_or_path!r} not found: give a YAML file path or a preset name ({', '.join(list_presets())})"
+        f"config {name_or_path!r} not found: {hint} a YAML file path or a preset name ({', '.join(list_presets())})"
     )
 
 

@@ -8,8 +8,13 @@ for the first load instead of `import diffeval`.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+import threading
+import urllib.error
+import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,8 +79,58 @@ def _check_spec(spec: ModelSpec) -> None:
         raise InputError(f"model {spec.name}: path {spec.spec} does not exist; check the path or give a hub id")
 
 
+HUB_PROBE_SECONDS = 2.0  # how long the hub may take to answer before a hub id is looked up in the local cache alone
+
+
+@functools.cache
+def _hub_unavailable() -> str | None:
+    """Why the hub cannot be asked (HF_HUB_OFFLINE, or no answer within HUB_PROBE_SECONDS), once per process; None
+    when it answers. Without an answer, hub lookups switch to the local cache: huggingface_hub would otherwise retry
+    every file for ~30 s."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    answered = []
+
+    def ask() -> None:
+        try:
+            urllib.request.urlopen(urllib.request.Request(constants.ENDPOINT, method="HEAD"), timeout=HUB_PROBE_SECONDS)
+        except urllib.error.HTTPError:  # an answer, if not a welcome one
+            pass
+        except (OSError, ValueError):
+            return
+        answered.append(True)
+
+    # a thread bounds the whole probe: a name lookup ignores socket timeouts
+    probe = threading.Thread(target=ask, daemon=True)
+    probe.start()
+    probe.join(HUB_PROBE_SECONDS)
+    if answered:
+        return None
+    constants.HF_HUB_OFFLINE = True  # what transformers and huggingface_hub read as offline mode: cache only
+    return f"the hub ({constants.ENDPOINT}) is not reachable"
+
+
+def _check_hub(spec: ModelSpec) -> None:
+    """A hub id the hub cannot be asked for must be in the local cache: refused at once in one line otherwise."""
+    if Path(spec.path).expanduser().exists():
+        return
+    reason = _hub_unavailable()
+    if reason is None:
+        return
+    from huggingface_hub import try_to_load_from_cache
+
+    if not isinstance(try_to_load_from_cache(spec.path, "config.json"), str):
+        raise InputError(
+            f"model {spec.name}: hub id {spec.spec!r} is not in the local cache and {reason}: download it first "
+            f"(`hf download {spec.spec}`) or give a local folder"
+        )
+
+
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
+    _check_hub(spec)
     register_diff_v2()
     _refuse_older_axolotl(spec)
     try:
@@ -139,6 +194,7 @@ def honour_sublayer_norm(model, config) -> None:
 def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
     """The checkpoint's tokenizer (fast tokenizers only: token offsets of needles and answers come from them)."""
     _check_spec(spec)
+    _check_hub(spec)
     register_diff_v2()  # AutoTokenizer may read the model config to pick the tokenizer class
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
@@ -150,10 +206,13 @@ def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
 
 
 def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
-    """Before any work: the config and tokenizer load, and a local folder's weight files are whole (their headers
-    read and their sizes cover the tensors they declare). Returns the config."""
+    """The check stage, before any work: the config and tokenizer load, the config builds its architecture and that
+    architecture computes a forward pass with its head layout (on the meta device: no memory, no weights), and a local
+    folder's weight files are whole (their headers read and their sizes cover the tensors they declare) and hold
+    exactly the architecture's tensors. Returns the config."""
     config = load_config(spec, trust_remote_code)
     load_tokenizer(spec, trust_remote_code)
+    check_architecture(spec, config, trust_remote_code)
     folder = Path(spec.path).expanduser()
     if folder.is_dir():
         weights = sorted(folder.glob("*.safetensors"))
@@ -181,12 +240,60 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
     return config
 
 
+def meta_model(config, trust_remote_code: bool = False):
+    """The model the config builds, on the meta device (no memory, no weights)."""
+    register_diff_v2()
+    with torch.device("meta"), _quiet_transformers():
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+
+
+PROBE_TOKENS = 8  # the meta forward's length: enough for every mask and head reshape, free on the meta device
+
+
+def check_architecture(spec: ModelSpec, config, trust_remote_code: bool = False) -> None:
+    """The config builds its model, and the model computes: head counts, KV heads and head_dim that fit each
+    other (a DiffLlama needs an even number of KV heads, reshapes need whole heads). Both run on the meta device, so
+    a config that would crash at its first forward, after other models had already written records, is refused now.
+    Custom code (--trust-remote-code) is built but not run: it may read tensor values, which meta tensors lack."""
+    try:
+        model = meta_model(config, trust_remote_code)
+    except Exception as exc:
+        raise _config_error(spec, "does not build its architecture", exc) from None
+    if trust_remote_code and type(model).__module__.startswith("transformers_modules"):
+        return
+    try:  # tensors the forward creates (positions, masks, the cache) must be meta too
+        with torch.device("meta"), torch.no_grad():
+            model(input_ids=torch.zeros(1, PROBE_TOKENS, dtype=torch.long))
+    except Exception as exc:
+        if "meta" in str(exc):  # an operation meta tensors lack (reading a value): inconclusive, not a bad config
+            return
+        raise _config_error(spec, "has a head layout its architecture cannot compute", exc) from None
+
+
+def _config_error(spec: ModelSpec, what: str, exc: Exception) -> InputError:
+    reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+    return InputError(
+        f"model {spec.name}: the config.json of {spec.spec} {what} ({reason}): fix num_attention_heads, "
+        "num_key_value_heads and head_dim, or use the config.json the weights were saved with"
+    )
+
+
+@contextmanager
+def _quiet_transformers():
+    """transformers' own load report and warnings stay off the terminal: diffeval's check stage states what they
+    find in one line (a missing or misshapen tensor is refused before any load)."""
+    verbosity = transformers.utils.logging.get_verbosity()
+    transformers.utils.logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        transformers.utils.logging.set_verbosity(verbosity)
+
+
 def architecture_shapes(config, trust_remote_code: bool = False):
     """The model the config builds, on the meta device (no memory): its state dict's names and shapes (non-persistent
     buffers are not in it), the groups of tied names (a checkpoint stores one of each), and the model."""
-    register_diff_v2()
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
+    model = meta_model(config, trust_remote_code)
     shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
     groups: dict[int, list[str]] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
@@ -343,6 +450,16 @@ def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelIn
     return info
 
 
+def check_attn_impl(name: str) -> None:
+    """An attention implementation transformers knows (eager and those in its registry), or a hub kernel (`org/name`,
+    fetched by transformers): anything else fails at the first load, after other models may have run."""
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    known = ["eager", *ALL_ATTENTION_FUNCTIONS.keys()]
+    if name not in known and "/" not in name:
+        raise InputError(f"unknown --attn-impl {name!r}: use one of {', '.join(known)}")
+
+
 def load_model(
     spec: ModelSpec,
     device: str = "auto",
@@ -358,7 +475,8 @@ def load_model(
         kwargs["attn_implementation"] = attn_impl
     tokenizer = load_tokenizer(spec, trust_remote_code)
     try:
-        model = AutoModelForCausalLM.from_pretrained(spec.path, **kwargs)
+        with _quiet_transformers():
+            model = AutoModelForCausalLM.from_pretrained(spec.path, **kwargs)
     except Exception as exc:  # truncated or mismatched weight files
         raise _load_error(spec, "its weights", exc) from None
     if diff_variant(config) == "v1":

@@ -5,6 +5,7 @@ No torch or transformers here: specs are parsed and validated before any engine 
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,6 +23,16 @@ def builtin_models() -> list[str]:
     if not BUILTIN_MODELS.is_dir():
         return []
     return sorted(p.name for p in BUILTIN_MODELS.iterdir() if (p / "config.json").is_file())
+
+
+def near_builtin(spec: str) -> str | None:
+    """The built-in name a spec misspells (`toy-dif` → toy-diff); None for a built-in name, an existing path or
+    anything not close to one (a hub id `org/name` never is: built-in names have no '/')."""
+    names = builtin_models()
+    if spec in names or "/" in spec or Path(spec).expanduser().exists():
+        return None
+    match = difflib.get_close_matches(spec.lower(), names, n=1, cutoff=0.8)
+    return match[0] if match else None
 
 
 def model_path(spec: str) -> str:
@@ -62,6 +73,9 @@ class ModelSpec:
             raise InputError(f"bad model kind {kind!r} for {name}: use one of {', '.join(MODEL_KINDS)}")
         if not re.fullmatch(r"[\w.\-]+", name):
             raise InputError(f"bad model name {name!r}: use letters, digits, '.', '-' or '_'")
+        near = near_builtin(spec)
+        if near:  # refused here, before a hub lookup spends its retries on a typo
+            raise InputError(f"model {name}: {spec!r} is neither a built-in model nor a folder: did you mean {near}?")
         return cls(name=name, spec=spec, kind=kind)
 
     @property

@@ -7,6 +7,7 @@ optional attribute looked up by name.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -68,6 +69,10 @@ class Task:
     # record columns that identify a cluster of dependent samples (an ICL test query under several orders and
     # draws); the paired statistics and `compare` resample whole clusters. None: every sample is independent.
     cluster_keys: list[str] | None = None
+    # the record fields this task's readers (tables, rescoring, plots, pairing, gates, views) need, with their JSON
+    # kinds (records.py: `str`, `float | None`, `list[str]`, `MayBeAbsent(int)`, ...): `report`, `compare` and `view`
+    # count a row that lacks one or holds another type as damaged, and skip it. Besides model and sample_id.
+    record_schema: dict[str, Any] = field(default_factory=dict)
 
 
 def with_cells(table, rows, columns, common: dict | None = None):
@@ -87,6 +92,16 @@ def with_cells(table, rows, columns, common: dict | None = None):
     return table
 
 
+def with_rows(table, rows):
+    """`table` with `rows` (the paper's, labelled like the table's rows) appended, keeping the row labels' names:
+    a concatenation alone drops them, and the report's header over the model column with them."""
+    import pandas as pd
+
+    joined = pd.concat([table, rows])
+    joined.index.names = table.index.names
+    return joined
+
+
 def registry(*tasks: Task) -> dict[str, Task]:
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
@@ -97,7 +112,9 @@ def registry(*tasks: Task) -> dict[str, Task]:
 def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
     """Merge preset values and command-line flags (flags win) into a validated RunConfig for task `name`."""
     if name not in tasks:
-        raise InputError(f"unknown task {name!r}: use one of {', '.join(tasks)}")
+        near = difflib.get_close_matches(str(name), list(tasks), n=1, cutoff=0.8)
+        hint = f"did you mean {near[0]}? Or use" if near else "use"
+        raise InputError(f"unknown task {name!r}: {hint} one of {', '.join(tasks)}")
     task = tasks[name]
     values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
     config = assemble(name, task.options, parse_models(values.pop("models", None)), values)
