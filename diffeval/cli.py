@@ -9,25 +9,26 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
-from diffeval.config import DEVICES, DTYPES, RunConfig, load_yaml, value_type
+from diffeval.config import DEVICES, DTYPES, RunConfig, field_default, load_yaml, value_type
 from diffeval.errors import InputError, RunFailure
 from diffeval.judges import JudgeError
-from diffeval.models.spec import ModelSpec
+from diffeval.models.spec import DEFAULT_PAIR, ModelSpec
 from diffeval.tasks import TASKS, build_config
 from diffeval.tasks.base import Task
 from diffeval.toy.cli import toy_app
 
+# help as click lays it out (no Rich tables): at 80 columns Rich truncates long option names, click wraps the help
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Evaluate Differential-Transformer models against baselines on long-context tasks.",
 )
-run_app = typer.Typer(no_args_is_help=True, help="Run an evaluation task.")
-models_app = typer.Typer(no_args_is_help=True, help="Inspect and convert model checkpoints.")
+run_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Run an evaluation task.")
+models_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect and convert model checkpoints.")
 app.add_typer(run_app, name="run")
 app.add_typer(models_app, name="models")
 app.add_typer(toy_app, name="toy")
@@ -41,15 +42,32 @@ Opt = typer.Option
 # RunConfig's own on every task, then the task's options class. All default to None so that a YAML preset can
 # supply them and flags override it.
 ENTRY_OPTIONS = {
-    "model": Annotated[list[str] | None, Opt("--model", "-m", help="NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable")],
+    "model": Annotated[
+        list[str] | None,
+        Opt("--model", "-m", help=f"NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable [default: {' '.join(DEFAULT_PAIR)}]"),
+    ],
     "config": Annotated[str | None, Opt(help="YAML preset file or shipped preset name; flags override it")],
 }
 
 
 def _cli_option(f: Field):
     declaration = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-    # Typer renders help as Rich markup, which would swallow "[default: hf]" as a tag
-    return Annotated[value_type(f) | None, Opt(declaration, help=escape(f.metadata["help"]))]
+    return Annotated[value_type(f) | None, Opt(declaration, help=option_help(f))]
+
+
+def option_help(f: Field) -> str:
+    """The field's help, ending in its default: the one written there (a rule, such as `1 on hf, 256 on vllm`), else
+    the declared value. Typer cannot show it itself: every flag defaults to None so that a preset can supply it."""
+    text, default = f.metadata["help"], field_default(f)
+    if "[default:" in text or default is None or default == []:
+        return text
+    if isinstance(default, bool):
+        shown = "on" if default else "off"
+    elif isinstance(default, list):
+        shown = ",".join(map(str, default))
+    else:
+        shown = f"{default:g}" if isinstance(default, float) else str(default)
+    return f"{text} [default: {shown}]"
 
 
 def task_options(task: Task) -> dict:
@@ -153,7 +171,8 @@ def run_suite(
     from diffeval.report.tables import build_report
 
     gates = [parse_threshold(g) for g in fail_under or []]
-    runs = [runner.run(config, err_console) for config in configs]
+    checked = [runner.check(config) for config in configs]  # no task runs until every task's models and inputs pass
+    runs = [runner.run(config, err_console, infos) for config, infos in zip(configs, checked)]
     if dry_run:
         return
     reports = build_report(runs, ["md", "csv", "html"], out=folder / "report", paper=paper)
@@ -186,7 +205,8 @@ def report(
     for item in reports:
         _print_report(item)
         if item.damaged or item.duplicates:
-            err_console.print(dropped_note(item.folder, item.damaged, item.duplicates), soft_wrap=True)
+            note = dropped_note(item.folder, item.damaged, item.duplicates, item.first_damage)
+            err_console.print(note, soft_wrap=True, markup=False)
     console.print(f"wrote {', '.join(str(p) for r in reports for p in r.written)}", soft_wrap=True)
     _apply_gates(gates, reports)
 
@@ -201,7 +221,7 @@ def compare(
     """Exit 1 when any metric both folders share drops by more than --max-drop, significantly (paired test)."""
     from diffeval.report import gates
 
-    warn = lambda note: err_console.print(note, soft_wrap=True)  # noqa: E731
+    warn = lambda note: err_console.print(note, soft_wrap=True, markup=False)  # noqa: E731
     table = gates.compare(gates.run_folders([old]), gates.run_folders([new]), max_drop, alpha, warn)
     if table.empty:
         raise InputError(f"{old} and {new} share no task, metric and model: compare runs of the same evaluation")
@@ -257,6 +277,8 @@ def view(
     if not 0 <= port <= 65535:
         raise InputError(f"--port {port}: use 1-65535, or 0 for a free port")
     runs = Runs(folders)
+    for note in runs.dropped_notes():
+        err_console.print(note, soft_wrap=True, markup=False)
     try:
         server = make_server(runs, host, port)
     except OSError as exc:
@@ -279,13 +301,15 @@ def models_inspect(
     trust_remote_code: Annotated[bool, Opt("--trust-remote-code")] = False,
 ) -> None:
     """Architecture summary; for DIFF models λ_init and the learned λ of every layer."""
-    from diffeval.models.loading import load_model
+    from diffeval.models.loading import check_checkpoint, load_model
 
     if device not in DEVICES or dtype not in DTYPES:
         raise InputError(
             f"bad --device {device!r} or --dtype {dtype!r}: use {'|'.join(DEVICES)} and {'|'.join(DTYPES)}"
         )
     model_spec = ModelSpec.parse(spec)
+    # the check stage `run` uses: a checkpoint missing a λ tensor would otherwise show λ from random initialisation
+    check_checkpoint(model_spec, trust_remote_code)
     loaded = load_model(model_spec, device, dtype, attn_impl="sdpa", trust_remote_code=trust_remote_code)
     info = loaded.info
     table = Table(title=f"{info.name}: {info.spec}", show_header=False)

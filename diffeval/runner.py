@@ -173,7 +173,7 @@ def time_estimate(
         return None, f"no time estimate: {why}; {HOW_TO_TIME}"
     seconds = sum(sum(length.remaining) / (rates[length.ctx].tokens_per_s * workers) for length in left)
     sources = "; ".join(f"{_label(length.ctx, left)}{rates[length.ctx].source}{per_worker}" for length in left)
-    return seconds, f"time estimate from {sources}; on this machine ({_describe(machine)})"
+    return seconds, f"time estimate from runs on this machine ({_describe(machine)}): {sources}"
 
 
 def _label(ctx: int | None, lengths: list[Length]) -> str:
@@ -182,7 +182,11 @@ def _label(ctx: int | None, lengths: list[Length]) -> str:
 
 def _describe(machine: dict[str, Any]) -> str:
     gpus = ", ".join(machine["gpus"]) if machine["gpus"] else "no GPU" if machine["gpus"] == [] else "GPUs unknown"
-    return f"{machine['cpu']}, {machine['cores']} cores, {gpus}, {machine['engine']}, {machine['threads']} threads"
+    return f"{machine['cpu']}, {machine['cores']} cores, {gpus}, {machine['engine']}, {_count(machine['threads'], 'thread')}"
+
+
+def _count(number: int | None, noun: str) -> str:
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def calibrated_rates(

@@ -149,3 +149,88 @@ def test_overwrite_never_empties_a_folder_that_is_not_a_run(tmp_path):
     result = run_cli("run", "needle", "--ctx", "1k", "--samples", "1", "--out", str(folder), "--overwrite")
     assert_one_line(result, "is not a diffeval run folder (no run.json)")
     assert (folder / "notes.txt").read_text() == "keep me"
+
+
+def _without(folder: Path, dest: Path, drop) -> Path:
+    """A copy of a checkpoint folder whose weights lack the tensors `drop(name)` selects."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(folder, dest)
+    tensors = load_file(folder / "model.safetensors")
+    save_file({k: v for k, v in tensors.items() if not drop(k)}, dest / "model.safetensors", metadata={"format": "pt"})
+    return dest
+
+
+@pytest.fixture(scope="module")
+def layout_checkpoints(tiny_models, tmp_path_factory) -> dict[str, Path]:
+    """Checkpoints whose configs or weights the check stage must refuse before any work."""
+    from diffeval.models.tiny import build_tiny_model
+
+    root = tmp_path_factory.mktemp("layouts")
+    v2 = root / "v2"
+    build_tiny_model("diff2", tiny_models["tok_a"], v2, seed=5, heads=4, kv_heads=2)
+    # consistent weights for the config, but 6 query heads cannot share 4 KV heads: the first forward would crash
+    build_tiny_model("diff", tiny_models["tok_a"], root / "heads_6_over_4", seed=6, heads=6, kv_heads=4, head_dim=16)
+    return {
+        "no_lambda": _without(
+            tiny_models["diff"], root / "no_lambda", lambda n: n.endswith("layers.0.self_attn.lambda_q1")
+        ),
+        "no_lambda_proj": _without(v2, root / "no_lambda_proj", lambda n: ".lambda_proj." in n),
+        "heads_6_over_4": root / "heads_6_over_4",
+    }
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("no_lambda", "missing model.layers.0.self_attn.lambda_q1"),
+        ("no_lambda_proj", "without its λ projections"),
+        ("heads_6_over_4", "has a head layout its architecture cannot compute"),
+    ],
+)
+def test_models_inspect_checks_the_weights_before_it_prints_lambda(layout_checkpoints, damage, message):
+    """inspect runs `run`'s check stage: no λ table from randomly initialised tensors."""
+    result = run_cli("models", "inspect", str(layout_checkpoints[damage]))
+    assert_one_line(result, message)
+    assert "λ" not in result.stdout and "LOAD REPORT" not in result.stderr
+
+
+@pytest.mark.parametrize("order", ["bad_second", "bad_first"])
+def test_no_model_runs_until_every_model_passes(tiny_models, layout_checkpoints, tmp_path, order):
+    """A head layout that cannot compute is refused before the good model writes a record, in either order."""
+    good, bad = f"good={tiny_models['diff']}", f"bad={layout_checkpoints['heads_6_over_4']}"
+    models = [good, bad] if order == "bad_second" else [bad, good]
+    out = tmp_path / "out"
+    args = ["run", "needle", "-m", models[0], "-m", models[1], "--ctx", "256", "--samples", "1", "--depths", "0"]
+    assert_one_line(run_cli(*args, "--out", str(out)), "model bad: the config.json")
+    assert not out.exists()
+
+
+def test_a_config_that_does_not_build_keeps_its_reason(tiny_models, tmp_path):
+    folder = tmp_path / "odd_kv"
+    shutil.copytree(tiny_models["diff"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_key_value_heads": 3}))
+    assert_one_line(run_cli("models", "inspect", str(folder)), "requires `num_key_value_heads` to be even")
+
+
+def test_transformers_load_report_stays_off_the_terminal(layout_checkpoints, capfd):
+    """Loading past the check stage (the library call) still prints no transformers load report."""
+    from diffeval.models.loading import load_model
+    from diffeval.models.spec import ModelSpec
+
+    load_model(ModelSpec.parse(f"m={layout_checkpoints['no_lambda']}"), "cpu")
+    captured = capfd.readouterr()
+    assert "LOAD REPORT" not in captured.err + captured.out
+
+
+def test_a_suite_runs_no_task_until_every_task_passes_its_checks(tmp_path):
+    """The second task's data is missing: the first task, whose inputs are fine, must not have run."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        "suite: two\ntasks:\n  - task: needle\n    ctx: 1k\n    samples: 1\n    depths: [0]\n"
+        "  - task: icl\n    ctx: 1k\n    datasets: [trec]\n    data_dir: /no/such/icl-data\n"
+    )
+    out = tmp_path / "suite-out"
+    assert_one_line(run_cli("run", "suite", str(suite), "--out", str(out)), "/no/such/icl-data")
+    assert not list(out.rglob("samples.jsonl"))

@@ -252,8 +252,13 @@ def test_effective_length_table_and_position_curves(tmp_path):
     assert table.loc["diff", "effective length"] == "4K" and table.loc["base", "effective length"] == "1K"
     assert table.loc["diff", "base lengths"] == "1K" and table.loc["diff", "threshold"] == 0.85
     assert table.loc["base", "interval low"] == "1K"
-    assert needle.effective_length_table(frame[frame["ctx"] > 1024], []).loc["diff", "effective length"].startswith(
-        "undefined: no length up to 1K"
+    longer = frame[frame["ctx"] > 1024]
+    assert needle.effective_length_table(longer, []).loc["diff", "effective length"] == (
+        "undefined: no records at the base lengths (up to 1K)"
+    )
+    # given base lengths are never replaced by others: a run that has not reached 1K yet says so
+    assert needle.effective_length_table(longer, [1024]).loc["diff", "effective length"] == (
+        "undefined: no records at the base lengths (1K)"
     )
     frame["length"] = frame["ctx"].map(needle.format_ctx)
     path = needle.position_curves(frame, ["diff", "base"], ["1K", "2K", "4K"], tmp_path)

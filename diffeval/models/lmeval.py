@@ -27,13 +27,9 @@ class LmEvalOptions:
             raise InputError("--lm-batch-size must be at least 1")
 
 
-def evaluate_tasks(
-    loaded, tasks: list[str], limit: int | None, max_length: int, batch_size: int, include_path: str | None = None
-) -> dict[str, dict[str, float]]:
-    """Zero-shot lm-eval results per task: {task: {"acc": …, "acc_norm": …, …}} (the `none` filter)."""
+def task_manager(tasks: list[str], include_path: str | None = None):
+    """lm-eval's task index, once every name in `tasks` is known to it."""
     try:
-        from lm_eval import simple_evaluate
-        from lm_eval.models.huggingface import HFLM
         from lm_eval.tasks import TaskManager
     except ImportError:
         raise InputError("this task runs lm-eval: pip install 'diffeval[lmeval]'") from None
@@ -41,6 +37,22 @@ def evaluate_tasks(
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
         raise InputError(f"lm-eval has no task(s) {unknown}: check the names, or --include-path for custom YAMLs")
+    return manager
+
+
+def check_lm_tasks(config) -> None:
+    """The check stage: lm-eval is installed and knows every --tasks name, before a model loads."""
+    task_manager(config.options.lm_tasks, config.options.include_path)
+
+
+def evaluate_tasks(
+    loaded, tasks: list[str], limit: int | None, max_length: int, batch_size: int, include_path: str | None = None
+) -> dict[str, dict[str, float]]:
+    """Zero-shot lm-eval results per task: {task: {"acc": …, "acc_norm": …, …}} (the `none` filter)."""
+    manager = task_manager(tasks, include_path)
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+
     model = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=batch_size, max_length=max_length)
     output = simple_evaluate(
         model=model, tasks=tasks, num_fewshot=0, limit=limit, task_manager=manager, log_samples=False, verbosity="ERROR"

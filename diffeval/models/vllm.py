@@ -68,6 +68,11 @@ class VLLMBackend:
                 f"model {info.name} is a DIFF model: on vLLM it runs with --tensor-parallel-size 1 (a differential "
                 "head's two maps must stay on one GPU)"
             )
+        if settings.attn_impl != EngineSettings().attn_impl:
+            raise InputError(
+                f"--attn-impl {settings.attn_impl} sets transformers' attention (--backend hf); vLLM picks its own "
+                "attention backend: leave --attn-impl out"
+            )
         if settings.device not in ("auto", _platform_device()):
             raise InputError(
                 f"--device {settings.device}, but this vLLM build runs on {_platform_device()}: use --device auto"

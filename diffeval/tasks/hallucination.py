@@ -26,10 +26,10 @@ from diffeval.config import option, parse_ctx, parse_str_list
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.judges import JudgeItem, make_judge
-from diffeval.models.backend import Backend
+from diffeval.models.backend import Backend, available_backends
 from diffeval.paper import TABLE4
-from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Listing, Task, with_cells
+from diffeval.records import MayBeAbsent, Record, sample_id
+from diffeval.tasks.base import Listing, Task, with_cells, with_rows
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import numpy as np
@@ -69,6 +69,15 @@ class HallucinationOptions:
         unknown = [d for d in self.datasets if d not in data.DATASETS]
         if unknown or not self.datasets:
             raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(data.DATASETS)}")
+        if self.judge_cache and Path(self.judge_cache).expanduser().exists() and not Path(self.judge_cache).is_dir():
+            raise InputError(f"--judge-cache {self.judge_cache} is a file: give a folder for the verdict cache")
+        engines = available_backends()
+        if self.judge_backend not in engines:
+            raise InputError(f"unknown --judge-backend {self.judge_backend!r}: use one of {', '.join(engines)}")
+        if self.judge_backend != "hf" and not any(j.startswith("hf:") for j in self.judge):
+            raise InputError(
+                f"--judge-backend {self.judge_backend} runs hf:PATH judges, and no --judge is one: leave it out"
+            )
         if self.samples < 1 or self.judge_retries < 0 or self.judge_concurrency < 1 or self.judge_timeout <= 0:
             raise InputError("--samples and --judge-concurrency must be at least 1, --judge-timeout positive")
 
@@ -269,7 +278,7 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     proxy = (records["judge_kind"] == "proxy").any()
     if paper and not proxy:  # a proxy is not the paper's measurement: no paper rows beside it
         paper_rows = pd.DataFrame.from_dict(TABLE4, orient="index")[order]
-        table = pd.concat([table, paper_rows])
+        table = with_rows(table, paper_rows)
     columns = [{"dataset": d, "verdict": [True, False]} for d in order]
     columns += [{"outcome": "degenerate"}, {"outcome": "unparsed"}]
     table = with_cells(table.round(3), row_cells, columns)
@@ -399,6 +408,24 @@ def sizing(samples: list[HallucinationSample], tokenizer, config) -> tuple[int, 
     return prompt, generated
 
 
+# an unparsed verdict is null (and its score); a degenerate output's verdict too. The view's fields (document id,
+# output, reference, rationale) are absent from hand-made records, outcomes from records older than them
+RECORD_SCHEMA = {
+    "dataset": str,
+    "verdict": bool | None,
+    "score": float | None,
+    "judge": str,
+    "judge_kind": str,
+    "truncated_tokens": int,
+    "outcome": MayBeAbsent(str),
+    "other_verdicts": MayBeAbsent(dict[str, bool | None]),
+    "id": MayBeAbsent(str),
+    "output": MayBeAbsent(str),
+    "reference": MayBeAbsent(str),
+    "judge_rationale": MayBeAbsent(str | None),
+}
+
+
 TASK = Task(
     name="hallucination",
     help="Contextual hallucination on summarization and QA (paper Table 4), judged.",
@@ -432,4 +459,5 @@ TASK = Task(
     sample_view=sample_view,
     listing=Listing(answer="output", expected="reference", outcome="verdict"),  # hallucination-free is right
     decimals={"degenerate": 0, "unparsed": 0},  # counts, beside the paper's rows
+    record_schema=RECORD_SCHEMA,
 )

@@ -30,8 +30,8 @@ from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Encoding
 from diffeval.paper import TABLE2
-from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task, with_cells
+from diffeval.records import MayBeAbsent, Record, sample_id
+from diffeval.tasks.base import Task, with_cells, with_rows
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import numpy as np
@@ -84,6 +84,12 @@ class NeedleOptions:
                 raise InputError(f"depth {depth} is outside 0-100: give depths in percent, e.g. 0,25,50,75,100")
         if self.samples < 1:
             raise InputError(f"--samples {self.samples}: need at least 1 sample per cell")
+        not_run = [length for length in self.base_lengths if length not in self.ctx]
+        if not_run:
+            raise InputError(
+                f"--base-lengths {','.join(map(format_ctx, not_run))} is not among the run's lengths "
+                f"({','.join(map(format_ctx, self.ctx))}): give base lengths from --ctx, or leave it out (those ≤ 1K)"
+            )
 
 
 # Evaluation cities. diffeval's toy-model training corpus draws from a disjoint list.
@@ -580,7 +586,7 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
             m: {f"4K N/R={nr}": v for nr, v in cells.items() if f"4K N/R={nr}" in table2.columns}
             for m, cells in TABLE2.items()
         }
-        table2 = pd.concat([table2, pd.DataFrame.from_dict(rows, orient="index")])
+        table2 = with_rows(table2, pd.DataFrame.from_dict(rows, orient="index"))
     out["table2"] = with_cells(table2.round(3), row_cells, column_cells)
     out["answers"] = _answers(frame)
     if len(lengths) > 1:
@@ -631,11 +637,12 @@ def effective_length_table(frame: pd.DataFrame, base_lengths: list[int]) -> pd.D
     rows = {}
     for model, group in frame.groupby("model", sort=False):
         scores = {int(ctx): g["score"].to_numpy(dtype=float) for ctx, g in group.groupby("ctx")}
-        base = [b for b in base_lengths if b in scores] or [b for b in scores if b <= BASE_MAX_LENGTH]
+        # the given base lengths, never others in their place: a partial run may not have reached them yet
+        base = [b for b in base_lengths if b in scores] if base_lengths else [b for b in scores if b <= BASE_MAX_LENGTH]
         row = {"base lengths": ", ".join(map(format_ctx, base)) or "none run"}
         if not base:
-            undefined = f"undefined: no length up to {format_ctx(BASE_MAX_LENGTH)} was run"
-            rows[model] = {**row, "effective length": undefined}
+            wanted = ", ".join(map(format_ctx, base_lengths)) or f"up to {format_ctx(BASE_MAX_LENGTH)}"
+            rows[model] = {**row, "effective length": f"undefined: no records at the base lengths ({wanted})"}
             continue
         found, base_score = effective_length(scores, base)
         row.update({"base score": round(base_score, 3), "threshold": round(EFFECTIVE_FRACTION * base_score, 3)})
@@ -908,6 +915,27 @@ def sizing(samples: list[NeedleSample], tokenizer, config) -> tuple[int, int]:
     return prompt_tokens, generated
 
 
+# what needle's tables, rescoring (output against expected and the other needles' numbers) and view read; the view's
+# prompt rebuild needs the sample's seed, index and spans, and says so where hand-made or older records lack them
+SPANS = {"needles": list[list[int]], "numbers": list[list[int]], "haystack": list[int]}
+RECORD_SCHEMA = {
+    "ctx": int,
+    "depth": int,
+    "needles": int,
+    "queries": int,
+    "numbers": list[str],
+    "expected": list[str],
+    "output": str,
+    "score": float,
+    "correct": bool,
+    "hit_token_limit": MayBeAbsent(bool),  # kept since the token limit was recorded
+    "seed": MayBeAbsent(int),
+    "index": MayBeAbsent(int),
+    "spans": MayBeAbsent(SPANS),
+    "prompt_tokens": MayBeAbsent(int),
+}
+
+
 TASK = Task(
     name="needle",
     help="Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
@@ -943,4 +971,5 @@ TASK = Task(
     decimals={"resamples with base below floor": 0},
     scoring_rules=SCORING_RULES,
     rescore=rescore,
+    record_schema=RECORD_SCHEMA,
 )

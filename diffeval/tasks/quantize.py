@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from diffeval.config import int_list, option, parse_str_list
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
-from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks
+from diffeval.models.lmeval import LmEvalOptions, check_lm_tasks, evaluate_tasks
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Task, with_cells
 
@@ -119,6 +119,10 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     return [path]
 
 
+# lm-eval reports acc or acc_norm per task, not always both: a missing one is stored as null
+RECORD_SCHEMA = {"lm_task": str, "bits": int, "acc": float | None, "acc_norm": float | None}
+
+
 TASK = Task(
     name="quantize",
     help="Zero-shot accuracy with attention logits quantized to b bits, via lm-eval (paper Figure 8).",
@@ -139,5 +143,7 @@ TASK = Task(
     metrics={"acc_norm": "acc_norm", "acc": "acc"},
     summary_value="acc_norm",
     needs=frozenset({"torch_module"}),
+    check_inputs=check_lm_tasks,
     plots=plots,
+    record_schema=RECORD_SCHEMA,
 )

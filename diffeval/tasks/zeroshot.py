@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 
 from diffeval.config import option, parse_str_list
 from diffeval.models.backend import Backend
-from diffeval.models.lmeval import LmEvalOptions, evaluate_tasks, headline_metric
+from diffeval.models.lmeval import LmEvalOptions, check_lm_tasks, evaluate_tasks, headline_metric
 from diffeval.paper import TABLE1
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task, with_cells
+from diffeval.tasks.base import Task, with_cells, with_rows
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -73,8 +73,11 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     table["average"] = table.mean(axis=1)
     row_cells = [{"model": m} for m in table.index]
     if paper and set(table.columns) - {"average"} == set(PAPER_TASKS):  # the paper's average is over all seven
-        table = pd.concat([table, pd.DataFrame.from_dict(TABLE1, orient="index")[list(table.columns)]])
+        table = with_rows(table, pd.DataFrame.from_dict(TABLE1, orient="index")[list(table.columns)])
     return {"table1": with_cells(table.round(1), row_cells, column_cells)}
+
+
+RECORD_SCHEMA = {"lm_task": str, "accuracy": float}
 
 
 TASK = Task(
@@ -91,5 +94,7 @@ TASK = Task(
     metrics={"accuracy": "accuracy"},
     summary_value="accuracy",
     needs=frozenset({"torch_module"}),
+    check_inputs=check_lm_tasks,
     decimals={"table1": 1},  # percentages, as the paper prints them
+    record_schema=RECORD_SCHEMA,
 )

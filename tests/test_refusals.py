@@ -1,0 +1,162 @@
+"""Every option either takes effect or is refused: each option that names something (a model, a length, a dataset, a
+judge, a backend, a rule, a metric or a file) is given, once, a value naming something absent, and the command must
+answer in one line with exit 2. The table is checked against the command line itself, so an option of one of those
+kinds added without an entry here fails `test_every_naming_option_has_an_entry`."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+from test_bad_input import assert_one_line
+
+from conftest import run_cli_in_process as run_cli
+
+REPO = Path(__file__).resolve().parents[1]
+MISSING = "/nonexistent/diffeval-refusals"
+PAIR = ["-m", "diff=toy-diff", "-m", "base=toy-base"]
+NEEDLE = ["run", "needle", *PAIR, "--ctx", "1k", "--samples", "1", "--depths", "0"]
+HALLUCINATION = ["run", "hallucination", *PAIR, "--ctx", "1k", "--samples", "1", "--judge", "overlap"]
+ICL = ["run", "icl", *PAIR, "--ctx", "1k", "--dataset", "trec", "--data-dir", "package:fixtures"]
+
+# (command, option) → (arguments that give that option a value naming something absent, what the one line says).
+# `run *` stands for the options every task has (RunConfig's), given here to `run needle`. "{run}" is a real run
+# folder (a copy of the committed toy pair), "{file}" a regular file, filled in by the test.
+REFUSALS: dict[tuple[str, str], tuple[list[str], str]] = {
+    ("run *", "--model"): (["run", "needle", "-m", f"diff={MISSING}", "--ctx", "1k"], "does not exist"),
+    ("run *", "--config"): ([*NEEDLE, "--config", "no-such-preset"], "not found"),
+    ("run *", "--backend"): ([*NEEDLE, "--backend", "bogus"], "unknown --backend 'bogus'"),
+    ("run *", "--device"): ([*NEEDLE, "--device", "tpu"], "bad --device 'tpu'"),
+    ("run *", "--dtype"): ([*NEEDLE, "--dtype", "float8"], "bad --dtype 'float8'"),
+    ("run *", "--attn-impl"): ([*NEEDLE, "--attn-impl", "bogus"], "unknown --attn-impl 'bogus'"),
+    ("run needle", "--ctx"): ([*NEEDLE[:-4], "--ctx", "128k", "--samples", "1"], "exceeds diff's max_position"),
+    ("run needle", "--base-lengths"): ([*NEEDLE, "--ctx", "1k,2k", "--base-lengths", "8k"], "--base-lengths 8K"),
+    ("run needle", "--haystack"): ([*NEEDLE, "--haystack", f"essays:{MISSING}"], MISSING),
+    ("run attention", "--rows"): (["run", "attention", *PAIR, "--rows", "bogus"], "bad --rows 'bogus'"),
+    ("run attention", "--span"): (["run", "attention", *PAIR, "--span", "bogus"], "bad --span 'bogus'"),
+    ("run attention", "--base-lengths"): (
+        ["run", "attention", *PAIR, "--ctx", "1k", "--base-lengths", "2k"],
+        "--base-lengths 2K",
+    ),
+    ("run attention", "--haystack"): (["run", "attention", *PAIR, "--haystack", "bogus"], "haystack"),
+    ("run icl", "--dataset"): ([*ICL, "--dataset", "bogus"], "bogus"),
+    ("run icl", "--data-dir"): ([*ICL, "--data-dir", MISSING], MISSING),
+    ("run icl", "--test-indices"): ([*ICL, "--test-indices", MISSING], MISSING),
+    ("run icl", "--length-norm"): ([*ICL, "--length-norm", "bogus"], "bogus"),
+    ("run hallucination", "--dataset"): ([*HALLUCINATION, "--dataset", "bogus"], "unknown dataset"),
+    ("run hallucination", "--judge"): ([*HALLUCINATION[:-2], "--judge", "bogus"], "bogus"),
+    ("run hallucination", "--judge-backend"): (
+        [*HALLUCINATION, "--judge-backend", "bogus"],
+        "unknown --judge-backend 'bogus'",
+    ),
+    ("run hallucination", "--data-dir"): ([*HALLUCINATION, "--data-dir", MISSING], MISSING),
+    ("run hallucination", "--judge-cache"): ([*HALLUCINATION, "--judge-cache", "{file}"], "--judge-cache"),
+    ("run outliers", "--haystack"): (["run", "outliers", *PAIR, "--haystack", f"essays:{MISSING}"], MISSING),
+    ("run quantize", "--tasks"): (["run", "quantize", *PAIR, "--tasks", "no_such_lm_task"], "no_such_lm_task"),
+    ("run quantize", "--include-path"): (["run", "quantize", *PAIR, "--include-path", MISSING], MISSING),
+    ("run quantize", "--granularity"): (["run", "quantize", *PAIR, "--granularity", "bogus"], "bad --granularity"),
+    ("run zeroshot", "--tasks"): (["run", "zeroshot", *PAIR, "--tasks", "no_such_lm_task"], "no_such_lm_task"),
+    ("run zeroshot", "--include-path"): (["run", "zeroshot", *PAIR, "--include-path", MISSING], MISSING),
+    ("run suite", "preset"): (["run", "suite", "no-such-suite"], "not found"),
+    ("run suite", "--model"): (["run", "suite", "ci-smoke", "-m", f"diff={MISSING}"], "does not exist"),
+    ("run suite", "--backend"): (["run", "suite", "ci-smoke", "--backend", "bogus"], "unknown --backend 'bogus'"),
+    ("run suite", "--device"): (["run", "suite", "ci-smoke", "--device", "tpu"], "bad --device 'tpu'"),
+    ("run suite", "--fail-under"): (["run", "suite", "ci-smoke", "--fail-under", "bogus"], "--fail-under"),
+    ("report", "run_dirs"): (["report", MISSING], MISSING),
+    ("report", "--format"): (["report", "{run}", "--format", "bogus"], "bogus"),
+    ("report", "--scoring"): (["report", "{run}", "--scoring", "bogus"], "bogus"),
+    ("report", "--fail-under"): (["report", "{run}", "--fail-under", "needle.no_such_metric@diff=0.5"], "no_such"),
+    ("compare", "old"): (["compare", MISSING, "{run}"], MISSING),
+    ("compare", "new"): (["compare", "{run}", MISSING], MISSING),
+    ("view", "run_dirs"): (["view", MISSING], MISSING),
+    ("models inspect", "spec"): (["models", "inspect", MISSING], "does not exist"),
+    ("models inspect", "--device"): (["models", "inspect", "toy-diff", "--device", "tpu"], "bad --device 'tpu'"),
+    ("models inspect", "--dtype"): (["models", "inspect", "toy-diff", "--dtype", "float8"], "float8"),
+    ("models convert", "src"): (["models", "convert", MISSING, "{tmp}/dst", "--from", "unilm-v2"], MISSING),
+    ("models convert", "--from"): (["models", "convert", "{run}", "{tmp}/dst", "--from", "bogus"], "bogus"),
+    ("toy train", "--kind"): (["toy", "train", "--kind", "bogus", "--out", "{tmp}/toy"], "use diff, diff2 or base"),
+    ("toy export", "--work"): (["toy", "export", "--work", MISSING, "--out", "{tmp}/toy"], MISSING),
+    ("toy plot", "logs"): (["toy", "plot", f"toy-diff={MISSING}.csv", "--out", "{tmp}/loss.png"], MISSING),
+}
+# every task's --ctx: a length beyond the models' positions (the toy pair's 64K)
+REFUSALS |= {
+    (f"run {task}", "--ctx"): (["run", task, *PAIR, *extra, "--ctx", "128k"], "exceeds diff's max_position")
+    for task, extra in {
+        "attention": [],
+        "icl": ICL[8:],
+        "hallucination": ["--judge", "overlap"],
+        "outliers": [],
+        "quantize": [],
+        "zeroshot": [],
+    }.items()
+}
+
+# option names that name something a run reads (the kinds above); destinations a command writes are not among them
+NAMING = re.compile(
+    r"^(--)?(model|spec|ctx|base-lengths|haystack|dataset|data-dir|test-indices|tasks|include-path|judge|"
+    r"judge-backend|judge-cache|backend|device|dtype|attn-impl|from|kind|scoring|length-norm|granularity|rows|span|"
+    r"format|fail-under|config|preset|src|logs|run_dirs|old|new|work)$"
+)
+DESTINATIONS = {("toy train", "--work")}  # written, not read
+
+
+def _cli_options() -> set[tuple[str, str]]:
+    """(command, option) for every command of the CLI; a RunConfig option of a task command counts as `run *`."""
+    import typer
+
+    from diffeval.cli import app
+    from diffeval.config import RunConfig
+
+    run_flags = {"--model", "--config"} | {
+        (f.metadata["flag"] or "--" + f.name.replace("_", "-")).split("/")[0] for f in fields(RunConfig) if f.metadata
+    }
+    found = set()
+
+    def walk(command, path: str) -> None:
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}".strip())
+        for param in [] if hasattr(command, "commands") else command.params:
+            flag = next((o for o in param.opts if o.startswith("--")), param.name)
+            shared = path.startswith("run ") and path != "run suite" and flag in run_flags
+            found.add(("run *" if shared else path, flag))
+
+    walk(typer.main.get_command(app), "")
+    return found
+
+
+def test_every_naming_option_has_an_entry():
+    naming = {(cmd, opt) for cmd, opt in _cli_options() if NAMING.match(opt) and (cmd, opt) not in DESTINATIONS}
+    assert naming - set(REFUSALS) == set(), "options that name something, without a refusal entry"
+    assert set(REFUSALS) - _cli_options() == set(), "entries for options the command line does not have"
+
+
+@pytest.fixture(scope="module")
+def places(tmp_path_factory) -> dict[str, str]:
+    root = tmp_path_factory.mktemp("refusals")
+    run = root / "run"
+    shutil.copytree(REPO / "results" / "toy-pair", run)
+    (root / "a-file").write_text("not a folder\n")
+    return {"run": str(run), "file": str(root / "a-file"), "tmp": str(root)}
+
+
+@pytest.mark.parametrize("entry", sorted(REFUSALS), ids=lambda e: f"{e[0]} {e[1]}")
+def test_a_value_naming_something_absent_is_refused(entry, places, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # run folders of refused runs would land here: there must be none
+    args, message = REFUSALS[entry]
+    args = [a.format(**places) for a in args]
+    if entry[0] in ("run quantize", "run zeroshot"):
+        pytest.importorskip("lm_eval", reason="the lm-eval tasks need the [lmeval] extra")
+    before = {p: p.read_bytes() for p in Path(places["run"]).rglob("*") if p.is_file()}
+    assert_one_line(run_cli(*args), message.format(**places))
+    assert not (tmp_path / "results").exists(), "a refused run created a run folder"
+    assert {p: p.read_bytes() for p in Path(places["run"]).rglob("*") if p.is_file()} == before
+
+
+def test_the_refusal_table_names_real_options():
+    """Each entry's arguments use the option it is about (so the table cannot drift from what it tests)."""
+    for (command, option), (args, _) in REFUSALS.items():
+        if option.startswith("--"):
+            assert option in args or (option == "--model" and "-m" in args), (command, option)
