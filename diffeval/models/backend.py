@@ -16,6 +16,7 @@ from importlib.metadata import entry_points
 from typing import Any, ClassVar, Protocol
 
 from diffeval.errors import InputError
+from diffeval.machine import start_threads
 from diffeval.models.spec import ModelInfo, ModelSpec
 
 # What an engine can do. A task lists the ones it needs; the runner refuses a mismatch before any work.
@@ -57,12 +58,15 @@ class EngineSettings:
     gpu_memory_utilization: float = 0.9
     enforce_eager: bool = False
     kv_cache_gib: float | None = None
+    threads: int | None = None  # hf: torch threads; None: `machine.start_threads()`
 
     @classmethod
     def from_config(cls, config) -> EngineSettings:
-        """The run's engine options (RunConfig has a field of each name); the length defaults to the longest --ctx."""
+        """The run's engine options (RunConfig has a field of each name); the length defaults to the longest --ctx,
+        the threads to the cores the load leaves free at the run's start (one value per process)."""
         values = {f.name: getattr(config, f.name) for f in fields(cls)}
         values["max_model_len"] = config.max_model_len or max(config.options.ctx)
+        values["threads"] = config.threads or start_threads()
         return cls(**values)
 
 
