@@ -301,6 +301,7 @@ def models_inspect(
     trust_remote_code: Annotated[bool, Opt("--trust-remote-code")] = False,
 ) -> None:
     """Architecture summary; for DIFF models λ_init and the learned λ of every layer."""
+    from diffeval.models import variants
     from diffeval.models.loading import check_checkpoint, load_model
 
     if device not in DEVICES or dtype not in DTYPES:
@@ -312,10 +313,18 @@ def models_inspect(
     check_checkpoint(model_spec, trust_remote_code)
     loaded = load_model(model_spec, device, dtype, attn_impl="sdpa", trust_remote_code=trust_remote_code)
     info = loaded.info
+    variant = variants.by_name(info.diff_variant)
     table = Table(title=f"{info.name}: {info.spec}", show_header=False)
+    described = [
+        ("variant", variant.title),
+        ("head pairing", variant.head_layout),
+        ("λ", variant.lambda_form),
+        ("norm", variant.norm),
+    ]
     for label, value in (
         ("class", info.architecture),
         ("DIFF", f"yes ({info.diff_variant or 'declared'})" if info.is_diff else "no (baseline)"),
+        *(described if variant else []),
         ("layers", info.layers),
         ("attention heads", info.heads),
         ("KV heads", info.kv_heads),
@@ -333,7 +342,7 @@ def models_inspect(
         for row in info.lambdas:
             lambdas.add_row(str(row["layer"]), f"{row['lambda_init']:.4f}", f"{row['lambda']:.4f}")
         console.print(lambdas)
-    if info.diff_variant == "v2":
+    if variant is not None and variant.lambda_form == variants.PER_TOKEN:
         _print_v2_lambdas(loaded)
 
 
@@ -345,7 +354,10 @@ def _print_v2_lambdas(loaded) -> None:
     from diffeval.data.haystack import NOISE_SENTENCES
     from diffeval.models.diff import v2_layer_lambdas
 
-    ids = loaded.tokenizer(" ".join(NOISE_SENTENCES), return_tensors="pt").input_ids[:, :V2_PROBE_TOKENS]
+    sentences = list(NOISE_SENTENCES)
+    while len(loaded.tokenizer(" ".join(sentences)).input_ids) < V2_PROBE_TOKENS:  # the haystack's own repetition
+        sentences += NOISE_SENTENCES
+    ids = loaded.tokenizer(" ".join(sentences), return_tensors="pt").input_ids[:, :V2_PROBE_TOKENS]
     rows = v2_layer_lambdas(loaded.model, ids.to(loaded.model.device))
     table = Table(title=f"λ per layer (V2: λ = sigmoid(W_λ·x) per token and head, over a {ids.shape[1]}-token probe)")
     for column in ("layer", "mean", "std", "min", "max"):

@@ -375,6 +375,18 @@ def chunks_of(task: Task, todo: list, config: RunConfig) -> list[list]:
     return [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
 
 
+class MeanTimeRemainingColumn(TimeRemainingColumn):
+    """The ETA from the first finished sample on: the mean time per sample so far × the samples left. rich's own
+    estimate waits for two updates inside its speed window, so slow samples (long contexts) showed `-:--:--`."""
+
+    def render(self, task) -> Text:  # a rich.progress.Task
+        if task.total is None or task.finished or not task.completed or not task.elapsed:
+            return super().render(task)
+        minutes, seconds = divmod(int(task.elapsed / task.completed * (task.total - task.completed)), 60)
+        hours, minutes = divmod(minutes, 60)
+        return Text(f"{hours:d}:{minutes:02d}:{seconds:02d}", style="progress.remaining")
+
+
 def _progress(console) -> Progress:
     return Progress(
         TextColumn("{task.description}"),
@@ -383,7 +395,7 @@ def _progress(console) -> Progress:
         TextColumn("{task.fields[rate]}"),
         TimeElapsedColumn(),
         TextColumn("ETA"),
-        TimeRemainingColumn(),
+        MeanTimeRemainingColumn(),
         console=console,
         refresh_per_second=2,  # the bar redraws in a thread; rarer redraws leave the model more of the GIL
     )

@@ -1,6 +1,8 @@
 """The real CLI end to end on tiny checkpoints: runs, tables, resume, and one-line errors for bad input."""
 
+import dataclasses
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -9,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pair_options, run_cli
+from conftest import pair_options, run_cli, run_cli_in_process
 
 
 def _records(folder: Path) -> list[dict]:
@@ -228,3 +230,58 @@ def test_bad_input_is_one_line_exit_2_and_keeps_results(finished_run, tiny_model
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], result.stderr
     assert "Traceback" not in result.stderr
     assert _snapshot(finished_run) == before
+
+
+def _commands(group, path=()):
+    """Every leaf command of the CLI with its words, e.g. ("run", "needle")."""
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            yield from _commands(command, (*path, name))
+        else:
+            yield (*path, name), command
+
+
+def _option_blocks(help_text: str) -> dict[str, str]:
+    """`--help`'s options section as {each option name: its whole entry, names and wrapped help}."""
+    blocks, current = {}, []
+    for line in help_text.split("Options:", 1)[1].splitlines():
+        if re.match(r"  -", line):
+            current = [line]
+            for name in re.findall(r"--?[\w…-]+", line[2:].split("  ")[0]):  # the names before the help column
+                blocks[name] = current
+        elif current:
+            current.append(line)
+    return {name: " ".join(" ".join(lines).split()) for name, lines in blocks.items()}
+
+
+def test_help_is_readable_at_80_columns_with_every_default(monkeypatch):
+    """Every command's --help at 80 columns: each option's names whole, and a default on each option that has one
+    (a declared field's value for `run`'s options, which all default to None so that presets can supply them)."""
+    import typer
+
+    from diffeval.cli import app
+    from diffeval.config import RunConfig, field_default
+    from diffeval.tasks import TASKS
+
+    monkeypatch.setenv("COLUMNS", "80")
+    fields = {f.name: f for cls in (RunConfig, *(t.options for t in TASKS.values())) for f in dataclasses.fields(cls)}
+    commands = dict(_commands(typer.main.get_command(app)))
+    expected = {("run", "needle"), ("run", "suite"), ("models", "inspect"), ("toy", "train"), ("report",), ("view",)}
+    assert expected <= set(commands)
+    for path, command in commands.items():
+        result = run_cli_in_process(*path, "--help")
+        assert result.returncode == 0, result.stderr
+        assert all(len(line) <= 80 for line in result.stdout.splitlines()), path
+        blocks = _option_blocks(result.stdout)
+        assert not [name for name in blocks if "…" in name], path
+        for param in command.params:
+            if param.param_type_name != "option":
+                continue
+            assert set(param.opts + param.secondary_opts) <= set(blocks), (path, param.opts)
+            field = fields.get(param.name) if path[0] == "run" else None
+            if field is not None:  # off switches included: `run`'s flags can also be set by a preset
+                has_default = field_default(field) not in (None, [])
+            else:  # click shows no default for an off switch, and `--paper` alone says what it turns on
+                has_default = param.default not in (None, False) and not param.required
+            if has_default:
+                assert "[default: " in blocks[param.opts[0]], (path, blocks[param.opts[0]])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -14,7 +15,9 @@ import pytest
 from huggingface_hub import constants
 
 from conftest import run_cli_in_process
+from diffeval.cli import V2_PROBE_TOKENS
 from diffeval.models import loading
+from diffeval.models.tiny import build_tiny_model
 
 
 def _one_line(result: subprocess.CompletedProcess) -> str:
@@ -128,3 +131,22 @@ def test_a_resumed_run_says_how_many_samples_are_done(tiny_models, tmp_path):
     assert "resuming" not in run(1)
     assert "resuming: 1 of 2 samples already done" in run(2)
     assert "resuming: 2 of 2 samples already done" in run(2)
+
+
+def test_a_v2_config_error_keeps_its_reason(tiny_models, tmp_path):
+    """transformers' config validators put the reason on the line after their heading: the one line keeps both."""
+    folder = tmp_path / "v2"
+    build_tiny_model("diff2", tiny_models["tok_a"], folder, seed=5, heads=4, kv_heads=2)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_key_value_heads": 3}))
+    result = run_cli_in_process("run", "needle", "-m", f"v2={folder}", "--ctx", "512", "--out", str(tmp_path / "run"))
+    message = _one_line(result)
+    assert "validate_architecture" in message
+    assert "the 2 × 4 query heads of a DIFF V2 layer do not split evenly over 3 key/value heads" in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_models_inspect_probes_v2_lambda_over_256_tokens():
+    result = run_cli_in_process("models", "inspect", "toy-diff2")
+    assert result.returncode == 0, result.stderr
+    assert f"over a {V2_PROBE_TOKENS}-token probe" in " ".join(result.stdout.split()) and V2_PROBE_TOKENS == 256

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import io
+import re
+import time
 
 from rich.console import Console
 
@@ -35,3 +37,16 @@ def test_each_models_bar_starts_when_that_model_does(tiny_models, tmp_path, monk
     # the second model's clock starts after the first model's last sample, so its elapsed time and ETA are its own
     # (before, every bar started with the run, and the second model's time included the first model's)
     assert second.start_time >= first.start_time + first.finished_time
+
+
+def test_eta_shows_from_the_first_finished_sample():
+    """One sample of ten done after 0.5 s: the ETA is the mean time per sample × the nine left, about 4.5 s (rich's
+    own estimate shows `-:--:--` until a second update lands in its speed window)."""
+    console = Console(file=io.StringIO(), width=200)
+    progress = runner._progress(console)
+    bar = progress.add_task("model", total=10, rate="")
+    time.sleep(0.5)
+    progress.update(bar, advance=1)
+    console.print(progress.get_renderable())
+    hours, minutes, seconds = map(int, re.search(r"ETA (\d+):(\d\d):(\d\d)", console.file.getvalue()).groups())
+    assert 4 <= 3600 * hours + 60 * minutes + seconds <= 6

@@ -1,9 +1,10 @@
 """Model spec → (model, tokenizer, ModelInfo). DIFF detection and the `models inspect` summary.
 
-DIFF V2 checkpoints (`model_type: "diffllama2"`, models/diffllama2.py) are unknown to stock transformers: every
-function here that calls an Auto* class registers diffeval's V2 with them first (`register_diff_v2`), so `--model
-PATH` loads one without --trust-remote-code. The registration imports transformers' Llama modeling code, so it waits
-for the first load instead of `import diffeval`.
+Which DIFF variant a config builds, and what that variant needs, comes from the registry (models/variants.py).
+Variants transformers does not ship (DIFF V2, models/diffllama2.py) are unknown to its Auto classes: every function
+here that calls an Auto* class registers them first (`register_variants`), so `--model PATH` loads one without
+--trust-remote-code. The registration imports transformers' Llama modeling code, so it waits for the first load
+instead of `import diffeval`.
 """
 
 from __future__ import annotations
@@ -25,13 +26,8 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from diffeval.errors import InputError
-from diffeval.models.diff import (
-    AXOLOTL_INIT_KEYS,
-    DIFF_ARCHITECTURES,
-    DIFF_V2_ARCHITECTURES,
-    layer_lambdas,
-    sublayer_norm,
-)
+from diffeval.models import variants
+from diffeval.models.diff import AXOLOTL_INIT_KEYS, sublayer_norm
 from diffeval.models.spec import ModelInfo, ModelSpec
 
 
@@ -42,17 +38,15 @@ class LoadedModel:
     info: ModelInfo
 
 
-def register_diff_v2() -> None:
-    """Make AutoConfig and AutoModelForCausalLM know diffeval's DIFF V2 (`diffllama2`); idempotent."""
-    global _V2_REGISTERED
-    if not _V2_REGISTERED:
-        from diffeval.models import diffllama2
-
-        diffllama2.register()
-        _V2_REGISTERED = True
+def register_variants() -> None:
+    """Make AutoConfig and AutoModelForCausalLM know the DIFF variants transformers does not ship; idempotent."""
+    global _VARIANTS_REGISTERED
+    if not _VARIANTS_REGISTERED:
+        variants.register_hf()
+        _VARIANTS_REGISTERED = True
 
 
-_V2_REGISTERED = False
+_VARIANTS_REGISTERED = False
 
 
 def resolve_device(device: str) -> str:
@@ -131,14 +125,15 @@ def _check_hub(spec: ModelSpec) -> None:
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
     _check_hub(spec)
-    register_diff_v2()
+    register_variants()
     _refuse_older_axolotl(spec)
     try:
         config = AutoConfig.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
     except Exception as exc:  # a broken checkpoint raises anything from OSError to JSONDecodeError
         raise _load_error(spec, "its config", exc) from None
-    if diff_variant(config) == "v1":
-        check_diff_keys(spec, config)
+    variant = variants.variant_of(config)
+    if variant is not None and variant.check_config:
+        variant.code(variant.check_config)(spec, config)
     return config
 
 
@@ -195,7 +190,7 @@ def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
     """The checkpoint's tokenizer (fast tokenizers only: token offsets of needles and answers come from them)."""
     _check_spec(spec)
     _check_hub(spec)
-    register_diff_v2()  # AutoTokenizer may read the model config to pick the tokenizer class
+    register_variants()  # AutoTokenizer may read the model config to pick the tokenizer class
     try:
         tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
     except Exception as exc:
@@ -242,7 +237,7 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
 
 def meta_model(config, trust_remote_code: bool = False):
     """The model the config builds, on the meta device (no memory, no weights)."""
-    register_diff_v2()
+    register_variants()
     with torch.device("meta"), _quiet_transformers():
         return AutoModelForCausalLM.from_config(config, trust_remote_code=trust_remote_code)
 
@@ -380,14 +375,19 @@ def _renamed_on_load(model) -> bool:
     return any(get_checkpoint_conversion_mapping(k) for k in (type(model).__name__, model.config.model_type))
 
 
+LOAD_REASON_CHARS = 400
+
+
 def _load_error(spec: ModelSpec, what: str, exc: Exception) -> InputError:
-    text = str(exc).strip()
+    # the whole message on one line: a config validator's reason comes on the lines after its heading
+    text = " ".join(str(exc).split())
     if "trust_remote_code" in text:
         return InputError(f"model {spec.name} uses custom code: rerun with --trust-remote-code")
-    first = text.splitlines()[0][:300] if text else type(exc).__name__
+    reason = text[:LOAD_REASON_CHARS] + ("…" if len(text) > LOAD_REASON_CHARS else "") or type(exc).__name__
+    local = Path(spec.path).expanduser().exists()
     return InputError(
-        f"model {spec.name}: cannot load {what} from {spec.spec!r} ({first}); "
-        "check the checkpoint files, or the hub id and network"
+        f"model {spec.name}: cannot load {what} from {spec.spec!r} ({reason}); "
+        + ("check the checkpoint files" if local else "check the hub id and the network")
     )
 
 
@@ -405,21 +405,10 @@ def stop_token_ids(spec: ModelSpec, config, tokenizer) -> list[int]:
     return ids
 
 
-def diff_variant(config) -> str | None:
-    """Which Differential Transformer the config builds: "v1" (transformers' DiffLlama), "v2" (diffeval's
-    DiffLlama2, models/diffllama2.py), or None for any other architecture."""
-    architectures = config.architectures or []
-    if any(arch in DIFF_V2_ARCHITECTURES for arch in architectures) or config.model_type == "diffllama2":
-        return "v2"
-    if any(arch in DIFF_ARCHITECTURES for arch in architectures) or config.model_type == "diffllama":
-        return "v1"
-    return None
-
-
 def is_diff_config(config, kind: str = "auto") -> bool:
     if kind != "auto":
         return kind == "diff"
-    return diff_variant(config) is not None
+    return variants.variant_of(config) is not None
 
 
 def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelInfo:
@@ -430,6 +419,7 @@ def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelIn
     rope = getattr(text_config, "rope_parameters", None) or {}
     rope_theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     is_diff = is_diff_config(config, kind)
+    variant = variants.variant_of(config)
     info = ModelInfo(
         name=spec.name,
         spec=spec.spec,
@@ -441,12 +431,12 @@ def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelIn
         head_dim=head_dim,
         max_positions=getattr(text_config, "max_position_embeddings", None),
         rope_theta=rope_theta if rope_theta is not None else getattr(text_config, "rope_theta", None),
-        diff_variant=diff_variant(config) if is_diff else None,
+        diff_variant=variant.name if is_diff and variant else None,
     )
     if model is not None:
         info.parameters = sum(p.numel() for p in model.parameters())
-        if is_diff and hasattr(model.get_decoder().layers[0].self_attn, "lambda_q1"):
-            info.lambdas = layer_lambdas(model)
+        if is_diff and variant and variant.lambda_form == variants.PER_LAYER:
+            info.lambdas = variant.code(variant.inspect_lambdas)(model)
     return info
 
 
@@ -479,8 +469,9 @@ def load_model(
             model = AutoModelForCausalLM.from_pretrained(spec.path, **kwargs)
     except Exception as exc:  # truncated or mismatched weight files
         raise _load_error(spec, "its weights", exc) from None
-    if diff_variant(config) == "v1":
-        honour_sublayer_norm(model, config)
+    variant = variants.variant_of(config)
+    if variant is not None and variant.after_load:
+        variant.code(variant.after_load)(model, config)
     model.to(device).eval()
     if tokenizer.pad_token_id is None:
         # batched generation pads on the left; any id works because padded positions are masked out

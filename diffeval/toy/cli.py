@@ -9,7 +9,11 @@ import typer
 
 from diffeval.errors import InputError
 
-toy_app = typer.Typer(no_args_is_help=True, help="Train the tiny matched DIFF / baseline pair shipped in toy_models.")
+toy_app = typer.Typer(
+    no_args_is_help=True,
+    rich_markup_mode=None,  # as the rest of the CLI: click's layout keeps option names whole at 80 columns
+    help="Train the tiny matched DIFF / baseline pair shipped in toy_models.",
+)
 
 Opt = typer.Option
 
