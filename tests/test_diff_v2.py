@@ -195,7 +195,7 @@ except ValueError as exc:
 import diffeval.models.loading as loading
 assert "diffllama2" not in CONFIG_MAPPING and "diffeval.models.diffllama2" not in sys.modules
 loading.load_config(loading.ModelSpec("v2", {str(v2_checkpoint)!r}))
-loading.register_diff_v2()
+loading.register_variants()
 assert "diffllama2" in CONFIG_MAPPING
 print("ok")
 """

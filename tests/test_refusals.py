@@ -160,3 +160,22 @@ def test_the_refusal_table_names_real_options():
     for (command, option), (args, _) in REFUSALS.items():
         if option.startswith("--"):
             assert option in args or (option == "--model" and "-m" in args), (command, option)
+
+
+PAGES = {"run": "run", "report": "report", "compare": "compare", "view": "view", "models": "models", "toy": "toy"}
+METAVARS = {"run_dirs": "RUN_DIR…", "spec": "PATH_OR_HUB_ID", "src": "SRC", "old": "OLD", "new": "NEW", "logs": "NAME="}
+
+
+def _refusal_tables(page: str) -> str:
+    """The text of every `### What it refuses` section of a docs/cli page."""
+    text = (REPO / "docs" / "cli" / f"{page}.md").read_text()
+    return "\n".join(part.split("\n## ")[0].split("\n### ")[0] for part in text.split("### What it refuses")[1:])
+
+
+def test_every_refusal_is_in_its_commands_docs_table():
+    for command, option in REFUSALS:
+        if command == "run suite" and option != "preset":
+            continue  # the suite's page says it refuses what each task refuses
+        tables = _refusal_tables(PAGES[command.split()[0]])
+        shown = METAVARS.get(option, option)
+        assert shown in tables or option == "preset" and "not found" in tables, (command, option)

@@ -20,11 +20,13 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from diffeval.errors import InputError
+from diffeval.models import variants
 from diffeval.models.diff import v2_lambda
 
 CAPTURE_IMPL = "diffeval_capture"
-# model types whose attention goes through the interface with (B, H, T, d) post-RoPE queries and causal masks
-SUPPORTED_MODEL_TYPES = ("diffllama", "diffllama2", "llama", "mistral", "qwen2")
+# model types whose attention goes through the interface with (B, H, T, d) post-RoPE queries and causal masks: the
+# baselines' here, and every DIFF variant's (each variant's split into A1 and A2 is the registry's)
+SUPPORTED_MODEL_TYPES = (*variants.model_types(), "llama", "mistral", "qwen2")
 
 
 @dataclass
@@ -85,7 +87,8 @@ def capturing(model, rows: list[int], segment_ids: list[int], n_segments: int):
         n_segments=n_segments,
     )
     hooks = []
-    if model.config.model_type == "diffllama2":
+    variant = variants.variant_of(model.config)
+    if variant is not None and variant.lambda_form == variants.PER_TOKEN:  # λ is read at the captured rows
         for index, layer in enumerate(model.get_decoder().layers):
             hooks.append(layer.self_attn.register_forward_pre_hook(_row_lambdas(capture, index), with_kwargs=True))
     model.set_attn_implementation(CAPTURE_IMPL)

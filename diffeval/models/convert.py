@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diffeval.errors import InputError
+from diffeval.models.variants import DIFF_V1, DIFF_V2
 
 V1_MODULES = ("diffattn", "flashdiff1", "flashdiff2")
 SOURCES = (*(f"unilm-v1:{module}" for module in V1_MODULES), "unilm-v2")
@@ -261,7 +262,7 @@ def _convert_v1(module: str, tensors: dict, layers: int, config: dict):
         new_config = DiffLlamaConfig(**fields)
     except (ValueError, TypeError) as exc:
         raise InputError(f"the converted config is not a valid DiffLlama config ({exc})") from None
-    new_config.architectures = ["DiffLlamaForCausalLM"]
+    new_config.architectures = [DIFF_V1.architectures[0]]
     return converted, new_config, notes
 
 
@@ -295,7 +296,7 @@ def _convert_v2(tensors: dict, layers: int, config: dict):
         new_config = DiffLlama2Config(**fields)
     except (ValueError, TypeError) as exc:
         raise InputError(f"the converted config is not a valid DiffLlama2 config ({exc})") from None
-    new_config.architectures = ["DiffLlama2ForCausalLM"]
+    new_config.architectures = [DIFF_V2.architectures[0]]
     notes = [
         f"unilm-v2 → DiffLlama2ForCausalLM (diffeval's V2): {h} differential heads ({2 * h} query heads) of head_dim "
         f"{d} over {shape.kv_heads} KV heads; rotary interleaved → rotate-half (q_proj and k_proj rows permuted)",

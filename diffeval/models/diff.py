@@ -21,6 +21,9 @@ query heads of its output, with a λ per token and head projected from the atten
 No λ_init, no (1 − λ_init) factor and no per-head RMSNorm; the h heads go to o_proj as they are. Query heads 2i and
 2i + 1 read the same KV head whenever h_kv divides h (GQA groups 2h / h_kv consecutive query heads per KV head), so
 the KV cache is a baseline's with h_kv heads. diffeval's V2 is `models/diffllama2.py`.
+
+Which configs are which variant, and which function here each variant's engines and analyses call, is the registry's
+(models/variants.py).
 """
 
 from __future__ import annotations
@@ -28,9 +31,6 @@ from __future__ import annotations
 import math
 
 import torch
-
-DIFF_ARCHITECTURES = ("DiffLlamaForCausalLM",)
-DIFF_V2_ARCHITECTURES = ("DiffLlama2ForCausalLM",)  # diffeval's V2 in transformers form (models/diffllama2.py)
 
 
 def lambda_init(layer_idx: int) -> float:

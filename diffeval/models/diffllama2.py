@@ -33,8 +33,9 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from diffeval.models.diff import v2_combine, v2_lambda
+from diffeval.models.variants import DIFF_V2
 
-MODEL_TYPE = "diffllama2"
+MODEL_TYPE = DIFF_V2.model_types[0]
 
 
 @strict  # transformers' configs are strict dataclasses: validate_architecture runs on construction and load

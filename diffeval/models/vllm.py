@@ -27,7 +27,7 @@ from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.loading import describe, load_config, load_tokenizer, stop_token_ids
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
-from diffeval.models.vllm_plugin import DIFF_ARCHITECTURE, DIFF_V2_ARCHITECTURE
+from diffeval.models.variants import of_architecture, vllm_architectures
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
 # diffeval draws its own progress and reports errors in one line; vLLM's notices (allocator hints, kernels it skips on
@@ -41,7 +41,6 @@ from vllm import LLM, SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 from vllm.platforms import current_platform  # noqa: E402
 
-VLLM_DIFF_ARCHITECTURES = (DIFF_ARCHITECTURE, DIFF_V2_ARCHITECTURE)  # V1, V2
 MAX_IDS_PER_REQUEST = 128  # vLLM's bound on logprob_token_ids per request
 CPU_KV_CACHE_CAP_GIB = 2.0  # on CPU the KV cache comes out of RAM: never more than this unless asked
 
@@ -58,10 +57,11 @@ class VLLMBackend:
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
-        if info.is_diff and info.architecture not in VLLM_DIFF_ARCHITECTURES:
+        runnable = vllm_architectures()
+        if info.is_diff and info.architecture not in runnable:
             raise InputError(
                 f"model {info.name} is a DIFF model of class {info.architecture}; vLLM runs DIFF models of classes "
-                f"{' and '.join(VLLM_DIFF_ARCHITECTURES)} only: use --backend hf for it"
+                f"{' and '.join(runnable)} only: use --backend hf for it"
             )
         if info.is_diff and settings.tensor_parallel_size > 1:
             raise InputError(
@@ -241,8 +241,9 @@ def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, devic
     if device == "cuda":
         return None
     width = 2 if dtype in ("bfloat16", "float16") else 4
-    # diffeval's DiffLlama (V1) keeps K and V twice (models/vllm_diffllama.py); V2's cache is a Llama's
-    caches = 2 if info.diff_variant == "v1" or info.architecture == DIFF_ARCHITECTURE else 1
+    # what the variant's vLLM model keeps per token against a baseline's K and V (V1: twice; V2: once)
+    variant = of_architecture(info.architecture)
+    caches = variant.vllm_kv_factor if variant else 1
     per_token = caches * 2 * (info.layers or 1) * (info.kv_heads or 1) * (info.head_dim or 1) * width
     one_sequence = per_token * (settings.max_model_len + 512)  # + a few blocks: vLLM rounds up
     cap = max(CPU_KV_CACHE_CAP_GIB * 2**30, one_sequence)  # never below what one max-length sequence needs
