@@ -84,7 +84,9 @@ class RunFolder:
             )
 
     def prepare(self, config: RunConfig, metadata: dict[str, Any]) -> None:
-        """Start or resume a run (call with the folder's lock held). --overwrite empties the folder first."""
+        """Start or resume a run (call with the folder's lock held). --overwrite empties the folder first. `metadata`
+        (versions, models, machine) is merged into run.json; a resume on a machine other than the one recorded keeps
+        the earlier record in `earlier_machines`."""
         self.check_identity(config)  # again, under the lock: another run may have started here since the first check
         existing = None if config.overwrite else self.read_run()
         if config.overwrite:
@@ -92,6 +94,12 @@ class RunFolder:
                 if child.name != LOCK_FILE:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
         run = existing if existing is not None else {"created": _now()}
+        machine = metadata.get("machine")
+        timed = self.samples_path.is_file() or self.generations_path.is_file()
+        if existing is not None and timed and machine is not None and existing.get("machine") != machine:
+            # records timed on another machine (or one unrecorded: null) stay in the folder; a dry run then knows
+            # that its records' speed is not this machine's alone
+            run["earlier_machines"] = [*existing.get("earlier_machines", []), existing.get("machine")]
         # what loading a model showed (parameters, learned λ) outlives a resume that no longer loads it
         models = {**metadata.get("models", {}), **run.get("models", {})}
         run.update({"config": config.to_dict(), "updated": _now(), **metadata, "models": models})

@@ -1,15 +1,22 @@
 """`--dry-run` sizes a run cheaply and tells the time: the needle task's token totals come from the haystack's per-word
 token counts and one exact fit per length, within 1 % of fitting every prompt; the time estimate comes from
---tokens-per-s or from the throughput an earlier run folder of the same models recorded, and says which."""
+--tokens-per-s, --calibrate's timing of one sample per length, or the throughput earlier run folders of the same
+models recorded on this machine (same CPU, cores, GPUs, engine and threads) at about the same prompt size, and says
+which."""
 
 import json
+import re
+import shutil
 from importlib import resources
 from pathlib import Path
+from unittest.mock import ANY
 
 import pytest
 
 from conftest import pair_options, run_cli
 from conftest import run_cli_in_process as run_cli_fast
+from diffeval import runner
+from diffeval.machine import machine_record
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
 from diffeval.tasks import TASKS, build_config, needle
@@ -100,29 +107,34 @@ def _recorded(folder: Path, model: str) -> tuple[int, float, int]:
     return sum(r["prompt_tokens"] + r["new_tokens"] for r in mine), sum(r["seconds"] for r in mine), len(mine)
 
 
+def _this_machine(threads: int = 1) -> str:
+    return runner._describe(machine_record("hf", threads))
+
+
 def test_time_estimate_from_an_earlier_run_folder(tiny_models, tmp_path):
     runs = tmp_path / "results"
     earlier = {ctx: runs / f"needle-{ctx}" for ctx in ("256", "1024")}
     for ctx, folder in earlier.items():
-        args = ["--ctx", ctx, "--depths", "50", "--samples", "2", "--out", str(folder)]
+        args = ["--ctx", ctx, "--depths", "50", "--samples", "2", "--out", str(folder), "--threads", "1"]
         result = run_cli("run", "needle", *pair_options(tiny_models), *args)
         assert result.returncode == 0, result.stderr
 
-    # a new run beside them: each model's rate from the folder whose records are closest in size to its samples
+    # a new run beside them: each model's rate from the records about the size of its samples
     for ctx, folder in earlier.items():
         result = run_cli_fast(
             "run", "needle", *pair_options(tiny_models), "--ctx", ctx, "--samples", "3", "--depths", "0,50",
-            "--out", str(runs / "next"), "--dry-run",
+            "--out", str(runs / "next"), "--dry-run", "--threads", "1",
         )  # fmt: skip
         assert result.returncode == 0, result.stderr
         rows, notes = _table(result.stdout), _notes(result.stdout)
         assert len(notes) == 2
         for name, note in zip(("diff", "base"), notes):
             tokens, seconds, count = _recorded(folder, name)
+            prompts = sum(r["prompt_tokens"] for r in _rows(folder) if r["model"] == name)
             rate = tokens / seconds
             assert note == (
-                f"{name}: time estimate from {rate:,.0f} tokens/s recorded in {folder} ({count} records of "
-                f"{tokens / count:,.0f} tokens on average)"
+                f"{name}: time estimate from runs on this machine ({_this_machine()}): {rate:,.0f} tokens/s recorded "
+                f"in {folder} ({count} records of {prompts / count:,.0f} prompt tokens on average)"
             )
             cells = rows[name]
             assert cells[:2] == ["6", "0"] and cells[4] == f"{_tokens(cells) / rate:.0f} s"
@@ -137,8 +149,143 @@ def test_time_estimate_from_an_earlier_run_folder(tiny_models, tmp_path):
     assert {cells[4] for cells in _table(result.stdout).values()} == {"n/a"}
     assert [line for line in result.stdout.splitlines() if line.startswith("no time estimate")] == [
         f"no time estimate: no run folder beside {runs / 'next'} records the speed of this checkpoint on hf; give "
-        "--tokens-per-s N, or run a few samples first (--limit 2) and dry-run again"
+        "--calibrate or --tokens-per-s N, or run a few samples first (--limit 2) and dry-run again"
     ]
+
+
+def _rows(folder: Path) -> list[dict]:
+    return [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+
+
+def _dry(tiny_models, out: Path, *args: str) -> tuple[dict[str, list[str]], list[str]]:
+    result = run_cli_fast("run", "needle", *pair_options(tiny_models), *SMALL, "--out", str(out), "--dry-run", *args)
+    assert result.returncode == 0, result.stderr
+    return _table(result.stdout), [line for line in result.stdout.splitlines() if "time estimate" in line]
+
+
+def test_rates_come_only_from_runs_on_this_machine_with_these_threads(tiny_models, tmp_path):
+    runs = tmp_path / "results"
+    here, other = runs / "here", runs / "other"
+    result = run_cli("run", "needle", *pair_options(tiny_models), *SMALL, "--samples", "2", "--out", str(here),
+                     "--threads", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads((here / "run.json").read_text())["machine"] == machine_record("hf", 1)
+    # the same records, ten times faster, from a machine with more cores: never this machine's rate
+    shutil.copytree(here, other)
+    run_json = json.loads((other / "run.json").read_text())
+    run_json["machine"]["cores"] += 62
+    (other / "run.json").write_text(json.dumps(run_json))
+    rows = [{**row, "seconds": row["seconds"] / 10} for row in _rows(other)]
+    (other / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+    table, notes = _dry(tiny_models, runs / "next", "--threads", "1")
+    for name, note in zip(("diff", "base"), notes):
+        tokens, seconds, _ = _recorded(here, name)
+        assert f"{tokens / seconds:,.0f} tokens/s recorded in {here} (" in note and str(other) not in note, note
+
+    # other threads, or a folder whose run.json records no machine (made before it did): no rate, and why
+    why = (
+        f"no time estimate: the 2 run folder(s) beside {runs / 'next'} that time this checkpoint on hf ran on other "
+        f"hardware or threads, or before run.json recorded the machine (this machine: {_this_machine(2)}); give "
+        "--calibrate or --tokens-per-s N, or run a few samples first (--limit 2) and dry-run again"
+    )
+    table, notes = _dry(tiny_models, runs / "next", "--threads", "2")
+    assert notes == [why] and {cells[4] for cells in table.values()} == {"n/a"}
+    run_json = json.loads((here / "run.json").read_text())
+    (here / "run.json").write_text(json.dumps({k: v for k, v in run_json.items() if k != "machine"}))
+    table, notes = _dry(tiny_models, runs / "next", "--threads", "1")
+    assert notes == [why.replace(_this_machine(2), _this_machine(1))]
+
+
+def test_a_folder_resumed_with_other_threads_times_no_run(tiny_models, tmp_path):
+    folder = tmp_path / "results" / "run"
+    for samples, threads in (("1", "1"), ("2", "2")):
+        result = run_cli("run", "needle", *pair_options(tiny_models), *SMALL, "--samples", samples, "--out",
+                         str(folder), "--threads", threads)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+    run_json = json.loads((folder / "run.json").read_text())
+    assert run_json["machine"] == machine_record("hf", 2)
+    assert run_json["earlier_machines"] == [machine_record("hf", 1)]  # its first records were timed on 1 thread
+    _, notes = _dry(tiny_models, tmp_path / "results" / "next", "--threads", "2")
+    assert len(notes) == 1 and "ran on other hardware or threads" in notes[0], notes
+
+
+def test_a_rate_recorded_at_another_prompt_size_is_not_used(tiny_models, tmp_path):
+    runs = tmp_path / "results"
+    result = run_cli("run", "needle", *pair_options(tiny_models), *SMALL, "--samples", "2", "--out",
+                     str(runs / "short"), "--threads", "1")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    sizes = {row["prompt_tokens"] for row in _rows(runs / "short")}
+    table, notes = _dry(tiny_models, runs / "next", "--threads", "1", "--ctx", "2k")
+    assert {cells[4] for cells in table.values()} == {"n/a"}
+    assert len(notes) == 2 and all(
+        note.startswith(("diff: no time estimate", "base: no time estimate")) for note in notes
+    )
+    for note in notes:
+        assert f"runs on this machine time this checkpoint at prompts of {min(sizes):,}" in note, note
+        assert "none within 1.25x of this run's 2," in note and "(the rate falls as prompts grow)" in note, note
+
+
+def test_the_committed_reference_run_no_longer_times_a_new_one(monkeypatch):
+    """results/toy-pair was recorded on another machine, before run.json recorded machines: the README's quick start,
+    dry-run from the repository, gets no estimate from it (it said 34 min, then 4 h 32 min, for the same command)."""
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "results" / "toy-pair" / "run.json").is_file()
+    monkeypatch.chdir(root)
+    result = run_cli_fast("run", "needle", "--ctx", "1k", "--needles", "1", "--queries", "1", "--samples", "20",
+                          "--dry-run")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert {cells[4] for cells in _table(result.stdout).values()} == {"n/a"}
+    notes = [line for line in result.stdout.splitlines() if "time estimate" in line]
+    assert len(notes) == 1 and "ran on other hardware or threads, or before run.json recorded the machine" in notes[0]
+
+
+def test_calibrate_times_one_sample_per_length(tiny_models, tmp_path):
+    flags = {"ctx": "256,1k", "depths": "50", "samples": 3, "dry_run": True, "calibrate": True, "threads": 1}
+    config = build_config("needle", {}, {**flags, "models": pair_options(tiny_models)[1::2]})
+    task = TASKS["needle"]
+    samples = needle.make_samples(config.options, config.seed)
+    settings = EngineSettings.from_config(config)
+    for spec in config.models:
+        tokenizer = PromptTokenizer(open_tokenizer(spec, settings), spec.name)
+        lengths = runner._lengths(task, samples, {s.sample_id for s in samples}, tokenizer, config)
+        assert [(length.ctx, length.samples) for length in lengths] == [(256, 3), (1024, 3)]
+        seconds, note = runner.time_estimate(config, task, spec, lengths, settings)
+        match = re.fullmatch(
+            r"time estimate from --calibrate: ctx 256: ([\d,]+) tokens/s; ctx 1,024: ([\d,]+) tokens/s "
+            r"\(one sample per length, timed here\)",
+            note,
+        )
+        assert match, note
+        rates = [float(rate.replace(",", "")) for rate in match.groups()]
+        expected = sum(sum(length.remaining) / rate for length, rate in zip(lengths, rates))
+        assert rates[0] > 0 and rates[1] > 0 and abs(seconds - expected) <= 0.01 * expected, (seconds, expected)
+
+    out = tmp_path / "run"
+    result = run_cli_fast("run", "needle", *pair_options(tiny_models), *SMALL, "--samples", "2", "--out", str(out),
+                          "--dry-run", "--calibrate")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "(each model loaded to time one sample per length)" in result.stdout
+    assert all(cells[4].endswith(" s") for cells in _table(result.stdout).values())
+    notes = _notes(result.stdout)  # one per model: each model has its own rate
+    assert [note.split(": ", 1) for note in notes] == [[name, ANY] for name in ("diff", "base")], notes
+    assert all(note.split(": ", 1)[1].startswith("time estimate from --calibrate: ") for note in notes), notes
+    assert not out.exists()  # calibrating writes nothing
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--calibrate"], "error: --calibrate only sizes a dry run: add --dry-run, or leave it out"),
+        (
+            ["--dry-run", "--calibrate", "--tokens-per-s", "100"],
+            "error: --calibrate and --tokens-per-s both set the dry run's rate: give one of them",
+        ),
+    ],
+)
+def test_calibrate_is_refused_where_it_cannot_apply(args, message):
+    result = run_cli_fast("run", "needle", *args)
+    assert result.returncode == 2 and result.stderr.strip() == message
 
 
 def test_a_resumed_run_is_timed_for_the_samples_not_done(tiny_models, tmp_path):
