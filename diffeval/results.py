@@ -17,6 +17,7 @@ from typing import Any
 from diffeval.config import RunConfig, changed_keys
 from diffeval.errors import InputError
 from diffeval.lock import LOCK_FILE
+from diffeval.records import ENVELOPE_SCHEMA, record_problem
 
 RUN_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
@@ -28,6 +29,7 @@ class Records:
     rows: list[dict[str, Any]]  # complete records, the first of each (model, sample_id)
     damaged: int  # lines that are not a complete record (a killed run may leave a partial last line)
     duplicates: int  # later rows repeating a (model, sample_id); folders from before the lock may hold them
+    first_damage: str | None = None  # where and why the first damaged line is damaged ("line 3: field ...")
 
     def done_keys(self) -> set[tuple[str, str]]:
         return {(r["model"], r["sample_id"]) for r in self.rows}
@@ -135,28 +137,26 @@ class RunFolder:
             raise InputError(f"{path} has damaged model metadata: {fix}")
         return run
 
-    def read_records(self, path: Path | None = None) -> Records:
+    def read_records(self, path: Path | None = None, schema: dict[str, Any] | None = None) -> Records:
         """All complete records of samples.jsonl (or `path`, another of the folder's JSONL files), first occurrence
-        of each (model, sample_id), with counts of what was dropped."""
+        of each (model, sample_id), with counts of what was dropped. A record is complete when it has a model and a
+        sample id, and the fields of `schema` (a task's `record_schema`: what its readers need) with their types."""
         path = path or self.samples_path
         if not path.is_file():
             return Records([], 0, 0)
-        rows, seen, damaged, duplicates = [], set(), 0, 0
+        schema = {**ENVELOPE_SCHEMA, **(schema or {})}
+        rows, seen, damaged, duplicates, first_damage = [], set(), 0, 0, None
         with path.open(encoding="utf-8", errors="replace") as handle:
-            for line in handle:
+            for number, line in enumerate(handle, 1):
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    problem = record_problem(row := json.loads(line), schema)
                 except json.JSONDecodeError:
+                    problem = "not valid JSON (a partial line?)"
+                if problem is not None:
                     damaged += 1
-                    continue
-                if not (
-                    isinstance(row, dict)
-                    and isinstance(row.get("model"), str)
-                    and isinstance(row.get("sample_id"), str)
-                ):
-                    damaged += 1
+                    first_damage = first_damage or f"line {number}: {problem}"
                     continue
                 key = (row["model"], row["sample_id"])
                 if key in seen:
@@ -164,7 +164,7 @@ class RunFolder:
                     continue
                 seen.add(key)
                 rows.append(row)
-        return Records(rows, damaged, duplicates)
+        return Records(rows, damaged, duplicates, first_damage)
 
     def open_for_append(self, path: Path | None = None) -> RecordWriter:
         """A writer to samples.jsonl (or `path`); a partial last line left by a killed run is cut so new records start

@@ -63,13 +63,18 @@ def load_runs(folders: list[RunFolder], warn=None) -> list[tuple[str, pd.DataFra
     for folder in folders:
         loaded = load_records(folder)
         if warn is not None and (loaded.damaged or loaded.duplicates):
-            warn(dropped_note(folder, loaded.damaged, loaded.duplicates))
+            warn(dropped_note(folder, loaded.damaged, loaded.duplicates, loaded.first_damage))
         runs.append((loaded.task.name, loaded.frame))
     return runs
 
 
-def dropped_note(folder: RunFolder, damaged: int, duplicates: int) -> str:
-    return f"warning: skipped {damaged} damaged line(s) and {duplicates} duplicate record(s) in {folder.samples_path}"
+def dropped_note(folder: RunFolder, damaged: int, duplicates: int, first_damage: str | None = None) -> str:
+    """The one line `report`, `compare` and `view` print for what they skipped; it says where the first damage is."""
+    where = f" (first damaged: {first_damage})" if first_damage else ""
+    return (
+        f"warning: skipped {damaged} damaged line(s) and {duplicates} duplicate record(s) in {folder.samples_path}"
+        f"{where}"
+    )
 
 
 def metric_values(runs: list[tuple[str, pd.DataFrame]]) -> dict[tuple[str, str, str], pd.Series]:

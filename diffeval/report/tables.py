@@ -15,6 +15,7 @@ import pandas as pd
 
 from diffeval.errors import InputError
 from diffeval.intervals import BOOTSTRAP_RESAMPLES, summarize
+from diffeval.models import variants
 from diffeval.report.format import NumberFormats, html_table, latex_table, markdown_table
 from diffeval.report.stats import cluster_labels, paired_difference
 from diffeval.results import RunFolder
@@ -48,6 +49,7 @@ class RunReport:
     damaged: int
     duplicates: int
     frame: pd.DataFrame  # the records the tables came from (gates reuse them)
+    first_damage: str | None
     titles: dict[str, str] = field(default_factory=dict)  # table key → title (the task's, with its scoring rule)
     formats: NumberFormats = field(default_factory=NumberFormats)  # the task's decimals, for every table output
     plots: list[Path] = field(default_factory=list)
@@ -62,6 +64,7 @@ class LoadedRun:
     damaged: int
     duplicates: int
     scoring: str | None = None  # the scoring rule the frame's scores follow, for a task that has several
+    first_damage: str | None = None  # where and why the first damaged line is damaged
 
 
 def scoring_rule(task: Task, scoring: str | None) -> str | None:
@@ -85,15 +88,17 @@ def load_records(folder: RunFolder, allow_empty: bool = False, scoring: str | No
     name = run["config"]["task"]
     if name not in TASKS:
         raise InputError(f"{folder.path} holds a run of unknown task {name!r}: known tasks are {', '.join(TASKS)}")
-    records = folder.read_records()
+    task = TASKS[name]
+    records = folder.read_records(schema=task.record_schema)  # rows the task's readers cannot read count as damaged
     if not records.rows and not allow_empty:
-        raise InputError(f"{folder.path} has no finished samples yet: run the task first, then report")
-    task, frame = TASKS[name], pd.DataFrame.from_records(records.rows)
+        damaged = f" ({records.damaged} damaged line(s); first: {records.first_damage})" if records.damaged else ""
+        raise InputError(f"{folder.path} has no finished samples yet{damaged}: run the task first, then report")
+    frame = pd.DataFrame.from_records(records.rows)
     rule = scoring_rule(task, scoring)
     if rule is not None and not frame.empty:
         frame = task.rescore(frame, rule)
     frame.attrs["options"] = run["config"].get("options", {})  # report-time settings a task reads (base lengths)
-    return LoadedRun(run, task, frame, records.damaged, records.duplicates, rule)
+    return LoadedRun(run, task, frame, records.damaged, records.duplicates, rule, records.first_damage)
 
 
 def check_scoring(folders: list[RunFolder], scoring: str | None) -> None:
@@ -127,8 +132,8 @@ def report_run(
         tables["paired"] = paired
     numbers = NumberFormats.of(task)
     report = RunReport(
-        folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, titles, numbers, [],
-        [target / "summary.csv"],
+        folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, loaded.first_damage, titles,
+        numbers, [], [target / "summary.csv"],
     )  # fmt: skip
     if "md" in formats:
         report.written.append(_write(target / "table.md", markdown(tables, note, titles, numbers)))
@@ -180,8 +185,8 @@ def sample_pairs(run: dict, frame: pd.DataFrame, task: Task) -> list[tuple[str, 
     present = [m for m in frame["model"].unique() if m in models]
     diffs = [m for m in present if models[m].get("is_diff")]
     bases = [m for m in present if not models[m].get("is_diff")]
-    variant = {m: models[m].get("diff_variant") or "v1" for m in diffs}  # runs older than V2 hold only V1
-    later = [(v2, v1) for v2 in diffs for v1 in diffs if variant[v2] == "v2" and variant[v1] == "v1"]
+    variant = {m: variants.by_name(models[m].get("diff_variant")) or variants.UNRECORDED for m in diffs}
+    later = [(a, b) for a in diffs for b in diffs if variant[b].name in variant[a].paired_with]
     pairs = []
     for diff, base in [(diff, base) for diff in diffs for base in bases] + later:
         left = frame[frame["model"] == diff].dropna(subset=[value])
@@ -282,7 +287,8 @@ def html_page(reports: list[RunReport]) -> str:
         if report.damaged or report.duplicates:
             parts.append(
                 f"<p>{report.damaged} damaged line(s) and {report.duplicates} duplicate record(s) in samples.jsonl "
-                "were skipped.</p>"
+                f"were skipped{html.escape(f' (first damaged: {report.first_damage})' if report.first_damage else '')}."
+                "</p>"
             )
         for key, table in report.tables.items():
             heading = html.escape(title(key, report.titles))

@@ -23,12 +23,13 @@ from typing import TYPE_CHECKING
 
 from diffeval.config import option
 from diffeval.errors import InputError
+from diffeval.models import variants
 from diffeval.models.backend import Backend
 from diffeval.models.tokenizer import encode_in_context
 from diffeval.paper import TABLE3
-from diffeval.records import Record
+from diffeval.records import MayBeAbsent, Record
 from diffeval.tasks import needle
-from diffeval.tasks.base import Listing, Task, with_cells
+from diffeval.tasks.base import Listing, Task, with_cells, with_rows
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -110,17 +111,23 @@ def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list
 
 def per_map_shares(shares, info, row_lambdas=None) -> dict[str, dict[str, list[float]]]:
     """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}.
-    DIFF V1 pairs heads i and i + H/2 with the layer's λ; V2 pairs adjacent query heads with λ per row."""
-    from diffeval.models.diff import split_differential, split_differential_v2
-
+    A DIFF model's maps split as its variant pairs heads (models/variants.py), with the layer's λ (V1: heads i and
+    i + H/2) or each row's (V2: adjacent query heads)."""
+    variant = variants.by_name(info.diff_variant) if info.is_diff else None
+    if info.is_diff and variant is None:
+        raise InputError(
+            f"model {info.name} is declared DIFF (:diff) but is no variant diffeval knows, so its maps cannot be split "
+            "into A1 and A2: run the attention analysis on it as :base, or add its variant (docs/contributing.md)"
+        )
+    split = variant.code(variant.split_maps) if variant else None
     per_layer_maps = []
     for layer, layer_shares in enumerate(shares):
-        if row_lambdas is not None:
-            per_layer_maps.append(split_differential_v2(layer_shares, row_lambdas[layer]))
-        elif info.is_diff:
-            per_layer_maps.append(split_differential(layer_shares, info.lambdas[layer]["lambda"]))
-        else:
+        if split is None:
             per_layer_maps.append({"softmax": layer_shares})
+        elif variant.lambda_form == variants.PER_TOKEN:
+            per_layer_maps.append(split(layer_shares, row_lambdas[layer]))
+        else:
+            per_layer_maps.append(split(layer_shares, info.lambdas[layer]["lambda"]))
     out: dict[str, dict[str, list[float]]] = {}
     for name in per_layer_maps[0]:
         means = [maps[name].mean(axis=(0, 1)) for maps in per_layer_maps]  # (segments,) per layer
@@ -157,7 +164,7 @@ def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]
         table = pd.DataFrame(columns)
         row_cells = [{"model": m} for m in table.index]
         if not suffix and not multi_length:  # the headline raw shares, beside the paper's Table 3
-            table = pd.concat([table, _paper_rows(sorted(frame["depth"].unique()))])
+            table = with_rows(table, _paper_rows(sorted(frame["depth"].unique())))
         out[f"table3_{label}"] = with_cells(table.round(3), row_cells, column_cells)
     segments = _segment_table(frame)
     out["segments"] = with_cells(segments, [{"model": m} for m, _ in segments.index], [{}] * segments.shape[1])
@@ -263,6 +270,23 @@ def check_inputs(config) -> None:
         check_supported(load_config(spec, config.trust_remote_code).model_type)
 
 
+# every map's per-layer shares of every segment, as the segment table, per-layer table and view read them
+MAP_SHARES = {segment: list[float] for segment in (*SEGMENTS, "row_sum")}
+RECORD_SCHEMA = {
+    "is_diff": bool,
+    "ctx": int,
+    "depth": int,
+    "needles": int,
+    "queries": int,
+    "answer_share": float,
+    "noise_share": float,
+    "answer_share_normalized": float,
+    "noise_share_normalized": float,
+    "shares": dict[str, MAP_SHARES],
+    "rows": MayBeAbsent(list[int]),  # the view's title
+}
+
+
 TASK = Task(
     name="attention",
     help="Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
@@ -296,4 +320,5 @@ TASK = Task(
     sizing=lambda samples, tokenizer, config: (needle.sizing(samples, tokenizer, config)[0], 0),  # no generation
     sample_view=sample_view,
     listing=Listing(answer=None, expected=None, outcome=None),  # shares: no answer, no right or wrong
+    record_schema=RECORD_SCHEMA,
 )

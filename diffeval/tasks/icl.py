@@ -31,7 +31,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Tokenizer
 from diffeval.models.tokenizer import encode_choices_in_context
 from diffeval.paper import FIGURE7_TREC
-from diffeval.records import Record, sample_id
+from diffeval.records import MayBeAbsent, Record, sample_id
 from diffeval.tasks.base import Listing, Task, with_cells
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
@@ -454,6 +454,26 @@ def sizing(samples: list[ICLSample], tokenizer, config) -> tuple[int, int]:
     return total, 0
 
 
+# an over-budget record holds null where a scored one holds its prediction; the view's fields are absent from
+# hand-made and older records, and test_id from records older than the clusters
+RECORD_SCHEMA = {
+    "dataset": str,
+    "shots": int,
+    "order": str,
+    "order_seed": int,
+    "draw": int,
+    "status": str,
+    "score": float | None,
+    "correct": bool | None,
+    "test_id": MayBeAbsent(int),
+    "gold": MayBeAbsent(int),
+    "gold_label": MayBeAbsent(str),
+    "prediction": MayBeAbsent(int | None),
+    "predicted_label": MayBeAbsent(str | None),
+    "label_scores": MayBeAbsent(list[float] | None),
+}
+
+
 TASK = Task(
     name="icl",
     help="Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
@@ -484,4 +504,5 @@ TASK = Task(
     listing=Listing(answer="predicted_label", expected="gold_label", outcome="correct"),
     decimals={"margin": 1, "figure7_margins": 1},  # margins are in points
     cluster_keys=["dataset", "test_id"],  # a test query is asked under every order, draw and shot count
+    record_schema=RECORD_SCHEMA,
 )

@@ -188,6 +188,16 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     }
 
 
+LAYER_STATS = {"top": list[float], "hist": dict[str, int], "count": int}  # `_serialise`'s per-layer statistics
+RECORD_SCHEMA = {
+    "prompt_tokens": int,
+    "max_attention_logit": float,
+    "max_hidden_state": float,
+    "attention_logits": dict[str, LAYER_STATS],
+    "hidden_states": dict[str, LAYER_STATS],
+}
+
+
 TASK = Task(
     name="outliers",
     help="Largest attention logits and hidden states over a token budget (paper Table 5).",
@@ -212,4 +222,5 @@ TASK = Task(
     needs=frozenset({"torch_module"}),
     check_inputs=check_inputs,
     sizing=lambda samples, tokenizer, config: (sum(s.seq_len for s in samples), 0),
+    record_schema=RECORD_SCHEMA,
 )

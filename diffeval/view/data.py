@@ -29,6 +29,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
 from diffeval.report.format import NumberFormats, column_label, column_texts, index_texts
+from diffeval.report.gates import dropped_note
 from diffeval.report.tables import LoadedRun, load_records, paired_table, sample_pairs, title
 from diffeval.results import RunFolder
 from diffeval.tasks import build_config
@@ -90,6 +91,14 @@ def open_run(number: int, path: str | Path) -> RunView:
     return RunView(number, folder, loaded, tables, config, config_error, models, params)
 
 
+def dropped_notes_of(view: RunView) -> str | None:
+    """The line `report` prints for a run's skipped damaged lines and duplicate records; None when none were."""
+    loaded = view.loaded
+    if not (loaded.damaged or loaded.duplicates):
+        return None
+    return dropped_note(view.folder, loaded.damaged, loaded.duplicates, loaded.first_damage)
+
+
 def config_from_run(run: dict) -> RunConfig:
     """The RunConfig that made a run, from its run.json."""
     stored = run["config"]
@@ -116,6 +125,7 @@ def summary(view: RunView) -> dict[str, Any]:
             "damaged": loaded.damaged,
             "duplicates": loaded.duplicates,
         },
+        "first_damage": loaded.first_damage,  # where and why the first damaged line is damaged, or None
         "params": view.params,
         "value": task.summary_value,  # the record column a sample's score is
         "tables": [table_json(key, table, task.titles, NumberFormats.of(task)) for key, table in view.tables.items()],

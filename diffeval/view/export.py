@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from diffeval.errors import InputError
-from diffeval.view.data import open_run, sample_detail, sample_index, summary
+from diffeval.view.data import dropped_notes_of, open_run, sample_detail, sample_index, summary
 from diffeval.view.server import STATIC_FILES, static_file
 
 MARKER = ".diffeval-view"  # marks a folder this command wrote, which a later export may replace
@@ -37,6 +37,8 @@ def export(paths: list[Path], target: Path, console: Console) -> Path:
     """Write the viewer over `paths` into `target`; returns the page to open."""
     check_target(target)
     views = [open_run(i, p) for i, p in enumerate(paths)]  # bad input fails before anything is written
+    for note in filter(None, map(dropped_notes_of, views)):
+        console.print(note, soft_wrap=True, markup=False, highlight=False)
     indexes = [sample_index(v) for v in views]
     for view, index in zip(views, indexes):
         unsafe = [s for s in index["samples"] if not SAFE_ID.fullmatch(s)]

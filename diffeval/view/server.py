@@ -22,7 +22,7 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlparse
 
 from diffeval.errors import InputError
-from diffeval.view.data import RunView, open_run, sample_detail, sample_index, summary
+from diffeval.view.data import RunView, dropped_notes_of, open_run, sample_detail, sample_index, summary
 
 STATIC_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8", ".css": "text/css"}
 STATIC_FILES = ("viewer.js", "viewer.css")  # besides index.html: the only files the server hands out
@@ -57,6 +57,10 @@ class Runs:
 
     def __len__(self) -> int:
         return len(self.paths)
+
+    def dropped_notes(self) -> list[str]:
+        """A line for each run with damaged lines or duplicate records skipped, as `report` prints it."""
+        return [note for _, view in self._views if (note := dropped_notes_of(view))]
 
 
 def make_server(runs: Runs, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
