@@ -18,6 +18,7 @@ from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
 from diffeval.view.data import open_run, sample_detail, sample_index, summary
 from diffeval.view.export import export
+from diffeval.view.server import Runs
 
 ROOT = Path(__file__).resolve().parents[1]
 NEEDLE_FIXTURE = ROOT / "tests" / "fixtures" / "view-needle"  # a small needle run of the built-in pair
@@ -194,6 +195,7 @@ def test_an_output_of_null_is_one_damaged_line_through_the_command_line(tmp_path
         result = run_cli_in_process(*args)
         assert result.returncode == 0, result.stderr
         assert f"{note} {reason}" in " ".join(result.stderr.split()), (args, result.stderr)
+    assert [" ".join(n.split()) for n in Runs([folder]).dropped_notes()] == [f"warning: {note} {reason}"]  # the server
     (folder / "samples.jsonl").write_text(lines[3])  # nothing left to report: refused, saying why
     refused = run_cli_in_process("report", str(folder))
     assert (
