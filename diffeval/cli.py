@@ -315,16 +315,16 @@ def models_inspect(
     info = loaded.info
     variant = variants.by_name(info.diff_variant)
     table = Table(title=f"{info.name}: {info.spec}", show_header=False)
-    described = [
-        ("variant", variant.title),
-        ("head pairing", variant.head_layout),
-        ("λ", variant.lambda_form),
-        ("norm", variant.norm),
-    ]
+    described = (
+        [("variant", variant.title), ("head pairing", variant.head_layout), ("λ", variant.lambda_form)]
+        + [("norm", variant.norm)]
+        if variant
+        else []
+    )
     for label, value in (
         ("class", info.architecture),
         ("DIFF", f"yes ({info.diff_variant or 'declared'})" if info.is_diff else "no (baseline)"),
-        *(described if variant else []),
+        *described,
         ("layers", info.layers),
         ("attention heads", info.heads),
         ("KV heads", info.kv_heads),
