@@ -315,12 +315,10 @@ def models_inspect(
     info = loaded.info
     variant = variants.by_name(info.diff_variant)
     table = Table(title=f"{info.name}: {info.spec}", show_header=False)
-    described = (
-        [("variant", variant.title), ("head pairing", variant.head_layout), ("λ", variant.lambda_form)]
-        + [("norm", variant.norm)]
-        if variant
-        else []
-    )
+    described = []  # what the registry says of a DIFF model's variant
+    if variant:
+        described = [("variant", variant.title), ("head pairing", variant.head_layout)]
+        described += [("λ", variant.lambda_form), ("norm", variant.norm)]
     for label, value in (
         ("class", info.architecture),
         ("DIFF", f"yes ({info.diff_variant or 'declared'})" if info.is_diff else "no (baseline)"),
