@@ -234,3 +234,11 @@ def test_a_suite_runs_no_task_until_every_task_passes_its_checks(tmp_path):
     out = tmp_path / "suite-out"
     assert_one_line(run_cli("run", "suite", str(suite), "--out", str(out)), "/no/such/icl-data")
     assert not list(out.rglob("samples.jsonl"))
+
+
+def test_toy_plot_refuses_a_csv_that_is_not_a_training_log(tmp_path):
+    """A CSV without the log's columns (here a run's summary) is one line, before anything is drawn."""
+    out = tmp_path / "loss.png"
+    result = run_cli("toy", "plot", f"pair={TOY_PAIR / 'summary.csv'}", "--out", str(out))
+    assert_one_line(result, "has no column step, length, loss, answer_loss")
+    assert not out.exists()

@@ -6,16 +6,33 @@ from pathlib import Path
 
 import pandas as pd
 
+PLOTTED = ("step", "length", "loss", "answer_loss")  # the train.LOG_FIELDS a plot reads
+
+
+def read_log(path: str) -> pd.DataFrame:
+    """A training log with the columns the plot reads, or one line saying what it lacks."""
+    from diffeval.errors import InputError
+
+    try:
+        frame = pd.read_csv(path)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read loss log {path} ({type(exc).__name__}): give a training_log.csv") from None
+    missing = [c for c in PLOTTED if c not in frame.columns]
+    if missing or frame.empty:
+        lacks = f"has no column {', '.join(missing)}" if missing else "has no rows"
+        raise InputError(f"loss log {path} {lacks}: give the training_log.csv a `diffeval toy train` work folder holds")
+    return frame
+
 
 def plot_losses(logs: dict[str, str], out: str | Path) -> Path:
+    frames = {name: read_log(path) for name, path in logs.items()}  # every log checked before anything is drawn
     import matplotlib
 
     matplotlib.use("Agg")  # headless: training machines have no display
     import matplotlib.pyplot as plt
 
     fig, (dense, answer) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, path in logs.items():
-        frame = pd.read_csv(path)
+    for name, frame in frames.items():
         smooth = frame[["loss", "answer_loss"]].rolling(25, min_periods=1).mean()
         dense.plot(frame["step"], smooth["loss"], label=name)
         answer.plot(frame["step"], smooth["answer_loss"], label=name)
@@ -25,8 +42,7 @@ def plot_losses(logs: dict[str, str], out: str | Path) -> Path:
         axis.set_yscale("log")
         axis.legend()
     # dotted lines: where a run's curriculum moved on to a longer context
-    for path in logs.values():
-        frame = pd.read_csv(path)
+    for frame in frames.values():
         for step in frame["step"][frame["length"].diff() > 0]:
             dense.axvline(step, color="grey", linestyle=":", linewidth=0.8)
             answer.axvline(step, color="grey", linestyle=":", linewidth=0.8)
