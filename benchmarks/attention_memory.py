@@ -94,12 +94,13 @@ def run_child(mode: str, model_dir: Path, ctx: int, cap_gb: float) -> dict:
 
 
 def build_model(root: Path) -> Path:
+    from diffeval.data.cities import CITIES
     from diffeval.data.haystack import NOISE_SENTENCES
     from diffeval.models.tiny import build_tiny_model, train_tokenizer
     from diffeval.tasks import needle
 
     texts = [" ".join(NOISE_SENTENCES)] * 20 + [needle.INSTRUCTION, needle.question(["Rome"])]
-    texts += [needle.needle_sentence(city, "1234567") for city in needle.CITIES]
+    texts += [needle.needle_sentence(city, "1234567") for city in CITIES]
     train_tokenizer(texts, 400, root / "tok")
     build_tiny_model("diff", root / "tok", root / "diff", max_positions=131072)
     return root / "diff"

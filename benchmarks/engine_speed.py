@@ -93,6 +93,7 @@ def main() -> None:
     if args.child:
         print(json.dumps(measure(args.child[0], args.child[1], args.samples)))
         return
+    from diffeval.data.cities import CITIES
     from diffeval.data.haystack import NOISE_SENTENCES
     from diffeval.models.tiny import build_tiny_model, train_tokenizer
     from diffeval.tasks import needle
@@ -100,7 +101,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         texts = [" ".join(NOISE_SENTENCES)] * 20 + [needle.INSTRUCTION] + [needle.needle_sentence(c, "1234567")
-                                                                            for c in needle.CITIES]  # fmt: skip
+                                                                            for c in CITIES]  # fmt: skip
         train_tokenizer(texts, 600, root / "tok")
         build_tiny_model("base", root / "tok", root / "llama", hidden=128, heads=4, kv_heads=2, layers=4,
                          ffn=384, max_positions=16384)  # fmt: skip

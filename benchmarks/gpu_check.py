@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,10 +41,12 @@ import torch
 from rich.console import Console
 
 from diffeval import runner
+from diffeval.data.cities import CITIES
 from diffeval.data.haystack import NOISE_SENTENCES
 from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import train_tokenizer
+from diffeval.models.vllm_options import VLLMOptions
 from diffeval.tasks import attention, build_config, needle
 from diffeval.tasks.attention import AttentionOptions
 
@@ -73,7 +76,7 @@ def build_pair(root: Path, shape: dict) -> dict[str, Path]:
     texts = (
         [" ".join(NOISE_SENTENCES)] * 20
         + [needle.INSTRUCTION]
-        + [needle.needle_sentence(c, "1234567") for c in needle.CITIES]
+        + [needle.needle_sentence(c, "1234567") for c in CITIES]
     )
     train_tokenizer(texts, 2000, root / "tok")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(root / "tok")
@@ -102,7 +105,8 @@ def needle_seconds(paths: dict[str, Path], contexts: list[int], backend: str, at
         "attn_impl": attn_impl,
         "dtype": "bfloat16",
         "batch_size": 1 if backend == "hf" else 10,
-        "enforce_eager": True,  # no CUDA-graph capture: its minutes would be most of the budget
+        # vllm's own option (hf refuses it): no CUDA-graph capture, whose minutes would be most of the budget
+        **({"enforce_eager": True} if backend == "vllm" else {}),
         "out": str(out),
         "allow_overlength": True,
     }
@@ -161,7 +165,7 @@ def vllm_agreement(path: Path, prompts: int, length: int) -> tuple[int, float]:
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    settings = EngineSettings(dtype="bfloat16", max_model_len=length + 64, batch_size=prompts, enforce_eager=True)
+    settings = EngineSettings(dtype="bfloat16", max_model_len=length + 64, batch_size=prompts)
     hf = make_backend(ModelSpec("m", str(path)), settings, "hf")
     sentence_words = " ".join(NOISE_SENTENCES).split()
     words = sentence_words * (1 + (2 * length + 97 * prompts) // len(sentence_words))  # enough for every cut
@@ -173,7 +177,8 @@ def vllm_agreement(path: Path, prompts: int, length: int) -> tuple[int, float]:
             logits = hf.model(input_ids=torch.tensor([ids], device=hf.device)).logits[0, :-1].float()
             theirs.append(torch.log_softmax(logits, -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].cpu())
     hf.close()
-    vllm = make_backend(ModelSpec("m", str(path)), settings, "vllm")
+    eager = replace(settings, options=VLLMOptions(enforce_eager=True))
+    vllm = make_backend(ModelSpec("m", str(path)), eager, "vllm")
     served = [g.text for g in vllm.generate(batch, 32, [])]
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
     outputs = vllm.llm.generate([TokensPrompt(prompt_token_ids=ids) for ids in batch], params, use_tqdm=False)

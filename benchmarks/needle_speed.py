@@ -26,6 +26,7 @@ import torch
 from rich.console import Console
 
 from diffeval import runner
+from diffeval.data.cities import CITIES
 from diffeval.data.haystack import NOISE_SENTENCES
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
@@ -38,7 +39,7 @@ DEPTHS = [0, 25, 50, 75, 100]
 
 def build_models(root: Path) -> dict[str, Path]:
     texts = [" ".join(NOISE_SENTENCES)] * 20 + [needle.INSTRUCTION, needle.question(["Rome", "Oslo"])]
-    texts += [needle.needle_sentence(city, "1234567") for city in needle.CITIES]
+    texts += [needle.needle_sentence(city, "1234567") for city in CITIES]
     train_tokenizer(texts, 400, root / "tok")
     paths = {}
     for kind in ("diff", "base"):

@@ -11,9 +11,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from diffeval.config import DEVICES, DTYPES, RunConfig, field_default, load_yaml, value_type
+from diffeval.config import DEVICES, DTYPES, RunConfig, declared_engine_options, field_default, load_yaml, value_type
 from diffeval.errors import InputError, RunFailure
 from diffeval.judges import JudgeError
+from diffeval.models.backend import engine_options
 from diffeval.models.spec import DEFAULT_PAIR, ModelSpec
 from diffeval.tasks import TASKS, build_config
 from diffeval.tasks.base import Task
@@ -71,7 +72,8 @@ def option_help(f: Field) -> str:
 
 
 def task_options(task: Task) -> dict:
-    """`diffeval run TASK`'s options: the entry options, the task's own, then RunConfig's (common or task-listed)."""
+    """`diffeval run TASK`'s options: the entry options, the task's own, RunConfig's (common or task-listed), then
+    every engine's own (models.backend.engine_options: a run refuses those of an engine it does not use)."""
     run_fields = [
         f for f in fields(RunConfig) if "help" in f.metadata and (f.metadata["cli"] or f.name in task.run_options)
     ]
@@ -79,6 +81,7 @@ def task_options(task: Task) -> dict:
         **ENTRY_OPTIONS,
         **{f.name: _cli_option(f) for f in fields(task.options) if f.metadata.get("cli", True)},
         **{f.name: _cli_option(f) for f in run_fields},
+        **{name: _cli_option(f) for name, f in declared_engine_options(engine_options()).items() if f.metadata["cli"]},
     }
 
 

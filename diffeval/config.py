@@ -125,25 +125,6 @@ class RunConfig:
     break_lock: bool = option(False, help="take a run folder's lock held from another host", identity=False)
     trust_remote_code: bool = option(False, help="allow custom model code")
     allow_overlength: bool = option(False, help="allow ctx beyond max positions")
-    # engine settings (vllm): placement and memory, so none is part of a run's identity
-    tensor_parallel_size: int = option(1, help="vllm: GPUs per model (tensor parallel) [default: 1]", identity=False)
-    gpu_memory_utilization: float = option(
-        0.9, help="vllm: fraction of GPU memory the engine may take [default: 0.9]", identity=False
-    )
-    enforce_eager: bool = option(
-        False, help="vllm: no CUDA graphs or compilation (faster start, slower decode); always on CPU", identity=False
-    )
-    max_model_len: int | None = option(
-        None, help="vllm: longest sequence [default: the longest --ctx]", type=int, identity=False
-    )
-    # engine settings (hf): how many cores torch uses changes only the speed
-    threads: int | None = option(
-        None,
-        help="hf: torch threads [default: the cores this process may use minus the load average on them at start, at "
-        "least 1]",
-        type=int,
-        identity=False,
-    )
     # scale-out on Ray: where and how wide a run goes, never what it computes
     ray: str | None = option(
         None, help="run on Ray: alone, a local instance; auto or HOST:PORT joins a cluster", identity=False
@@ -170,12 +151,9 @@ class RunConfig:
         help="--dry-run: load each model and time one sample per length, and estimate the time from that",
         identity=False,
     )
-    kv_cache_gib: float | None = option(
-        None,
-        help="vllm: KV cache size in GiB [default: GPU: from the memory fraction; CPU: what the run needs, <= 2]",
-        type=float,
-        identity=False,
-    )
+    # the run's engine's own options (an instance of its Engine.options class, built by `assemble`); run.json keeps
+    # them beside RunConfig's own fields, as it did when they were RunConfig fields
+    engine: Any = None
 
     def validate(self) -> RunConfig:
         if not self.models:
@@ -191,12 +169,8 @@ class RunConfig:
             self.batch_size is not None and self.batch_size < 1
         ):
             raise InputError("--max-new-tokens and --batch-size must be at least 1")
-        if self.tensor_parallel_size < 1 or not 0 < self.gpu_memory_utilization <= 1:
-            raise InputError("--tensor-parallel-size must be at least 1 and --gpu-memory-utilization in (0, 1]")
-        if (self.kv_cache_gib is not None and self.kv_cache_gib <= 0) or (
-            self.max_model_len is not None and self.max_model_len < 1
-        ):
-            raise InputError("--kv-cache-gib and --max-model-len must be positive")
+        if self.engine is not None:
+            self.engine.validate()
         if self.workers is not None and not self.ray:
             raise InputError("--workers needs --ray: add --ray for a local Ray instance, or --ray HOST:PORT")
         if (
@@ -214,10 +188,6 @@ class RunConfig:
             raise InputError("--calibrate only sizes a dry run: add --dry-run, or leave it out")
         if self.calibrate and self.tokens_per_s is not None:
             raise InputError("--calibrate and --tokens-per-s both set the dry run's rate: give one of them")
-        if self.threads is not None and self.threads < 1:
-            raise InputError(
-                f"--threads {self.threads}: give at least 1, or leave it out for the cores the load leaves free"
-            )
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
         self.options.validate()
@@ -235,8 +205,12 @@ class RunConfig:
         """The identity of a config as stored in run.json, by this config's rules. Keys that older folders lack take
         today's defaults (a folder from before `backend` existed ran on hf), so those folders resume."""
         stored_options = stored.get("options") or {}
+        # the engine's options sit beside RunConfig's own in run.json; those that change results join the identity
+        # (the built-in engines declare none, so their folders keep their names)
+        engine = _identity_fields(type(self.engine), stored) if self.engine is not None else {}
         return {
-            **_identity_fields(RunConfig, stored, skip=("options",)),
+            **_identity_fields(RunConfig, stored, skip=("options", "engine")),
+            **engine,
             "options": _identity_fields(type(self.options), stored_options),
         }
 
@@ -250,7 +224,10 @@ class RunConfig:
         return Path(self.out) if self.out else Path("results") / f"{self.task}-{self.identity_hash()}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """run.json's config: RunConfig's fields, the engine's options beside them, the task's under `options`."""
+        data = asdict(self)
+        engine = data.pop("engine") or {}
+        return {**data, **engine}
 
 
 def _identity_fields(cls, stored: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -271,30 +248,109 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
 
 
-def assemble(task: str, options_cls: type, models: list, values: dict[str, Any]) -> RunConfig:
-    """A validated RunConfig from merged preset and flag values (models already parsed)."""
+def assemble(
+    task: str, options_cls: type, models: list, values: dict[str, Any], engines: dict[str, type] | None = None
+) -> RunConfig:
+    """A validated RunConfig from merged preset and flag values (models already parsed). `engines` maps each engine's
+    name to its options class (models.backend.engine_options): the run's engine's options are built from the values,
+    and a value for an option only other engines declare is refused unless it is that option's default."""
     values = dict(values)
     if values.pop("task", task) != task:
         raise InputError("the config is for another task: run that task instead, or remove its `task:` key")
     values.pop("models", None)
+    engines = engines or {}
     option_fields = {f.name: f for f in fields(options_cls)}
-    run_fields = {f.name: f for f in fields(RunConfig) if f.name not in ("task", "models", "options")}
-    unknown = set(values) - set(option_fields) - set(run_fields)
+    run_fields = {f.name: f for f in fields(RunConfig) if f.name not in ("task", "models", "options", "engine")}
+    engine_fields = declared_engine_options(engines)
+    if set(engine_fields) & set(option_fields):
+        raise ValueError(f"task {task} and an engine both declare {sorted(set(engine_fields) & set(option_fields))}")
+    unknown = set(values) - set(option_fields) - set(run_fields) - set(engine_fields)
     if unknown:
         raise InputError(f"unknown option(s) {', '.join(sorted(unknown))}: see `diffeval run {task} --help`")
+    declared = {**option_fields, **engine_fields}
     option_values = {k: values.pop(k) for k in list(values) if k in option_fields}
-    for name, value in option_values.items():
-        if isinstance(value, str) and value.startswith("package:"):  # data shipped inside diffeval
-            option_values[name] = str(resources.files("diffeval") / value[len("package:") :])
-        elif option_fields[name].metadata.get("parse") and value is not None:
-            option_values[name] = option_fields[name].metadata["parse"](value)
-    for name, value in {**option_values, **values}.items():
-        _check_type(name, value, option_fields.get(name) or run_fields[name])
+    engine_values = {k: values.pop(k) for k in list(values) if k in engine_fields}
+    for parsed in (option_values, engine_values):
+        for name, value in parsed.items():
+            if isinstance(value, str) and value.startswith("package:"):  # data shipped inside diffeval
+                parsed[name] = str(resources.files("diffeval") / value[len("package:") :])
+            elif declared[name].metadata.get("parse") and value is not None:
+                parsed[name] = declared[name].metadata["parse"](value)
+    for name, value in {**option_values, **engine_values, **values}.items():
+        _check_type(name, value, declared.get(name) or run_fields[name])
     try:
         options = options_cls(**option_values)
     except TypeError as exc:
         raise InputError(f"bad option value: {exc}") from None
-    return RunConfig(task=task, models=models, options=options, **values).validate()
+    backend = values.get("backend", field_default(run_fields["backend"]))
+    # an unknown backend has no options to build: the caller refuses it (models.backend.check_backend)
+    engine = _engine_options(backend, engines, engine_values, engine_fields) if backend in engines else None
+    return RunConfig(task=task, models=models, options=options, engine=engine, **values).validate()
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """An engine's own options: a subclass declares them as fields with `option(...)`, as a task's options class
+    does, and the CLI, presets and run.json take them from there. An engine without options of its own has these."""
+
+    def validate(self) -> None:
+        """Refuse a bad value in one line (InputError); these options have none to check."""
+
+    def worker_gpus(self) -> float:
+        """GPUs one Ray worker of this engine holds on a cluster that has GPUs."""
+        return 1
+
+    def torch_threads(self) -> int | None:
+        """The torch threads this engine's process runs with, as run.json's machine record names them; None: the
+        cores the load leaves free at the run's start (machine.start_threads)."""
+        return None
+
+
+def flag_name(f: Field) -> str:
+    """The option's command-line flag (the on form of an on/off switch)."""
+    return (f.metadata.get("flag") or "--" + f.name.replace("_", "-")).split("/")[0]
+
+
+def declared_engine_options(engines: dict[str, type]) -> dict[str, Field]:
+    """Every option an engine declares, by name. Engines may share an option (an engine built on another keeps its
+    options), but only as one declaration; none may take the name of a RunConfig field."""
+    run_names = {f.name for f in fields(RunConfig)}
+    declared: dict[str, Field] = {}
+    for engine, cls in engines.items():
+        for f in fields(cls):
+            if f.name in run_names:
+                raise ValueError(f"engine {engine}: option {f.name} is a RunConfig field")
+            if f.name in declared and _declaration(declared[f.name]) != _declaration(f):
+                raise ValueError(f"engine {engine} declares option {f.name} unlike another engine")
+            declared[f.name] = f
+    return declared
+
+
+def _declaration(f: Field) -> tuple:
+    return field_default(f), dict(f.metadata)
+
+
+def _engine_options(backend: str, engines: dict[str, type], values: dict[str, Any], declared: dict[str, Field]) -> Any:
+    """The run's engine's options from the given values. An option only other engines declare would be ignored, so a
+    value other than its default is refused in one line that names the engine(s) it sets."""
+    cls = engines[backend]
+    own = {f.name for f in fields(cls)}
+    given = [name for name in declared if name in values and values[name] != field_default(declared[name])]
+    foreign = [name for name in given if name not in own]  # in declaration order, as --help lists them
+    if foreign:
+        owners = [engine for engine, other in engines.items() if {f.name for f in fields(other)} >= set(foreign)]
+        if not owners:  # options of different engines: name the first one's
+            foreign = foreign[:1]
+            owners = [engine for engine, other in engines.items() if foreign[0] in {f.name for f in fields(other)}]
+        flags = ", ".join(flag_name(declared[name]) for name in foreign)
+        engine = " or ".join(owners)
+        raise InputError(
+            f"{flags} set(s) the {engine} engine, not {backend}: add --backend {owners[0]}, or leave it out"
+        )
+    try:
+        return cls(**{name: value for name, value in values.items() if name in own})
+    except TypeError as exc:
+        raise InputError(f"bad option value: {exc}") from None
 
 
 def _check_type(name: str, value: Any, f: Field) -> None:

@@ -1,5 +1,5 @@
 """Per-cell 95 % intervals, shared by the reports and the tasks' own plots: Wilson for yes/no outcomes, percentile
-bootstrap (fixed seed) otherwise."""
+bootstrap (fixed seed) otherwise; and the one bootstrap resampler every interval and test draws from (`resample`)."""
 
 from __future__ import annotations
 
@@ -20,19 +20,68 @@ def wilson_ci(successes: int, n: int, confidence: float = 0.95) -> tuple[float, 
     return float(interval.low), float(interval.high)
 
 
+def cluster_numbers(labels) -> np.ndarray:
+    """Each sample's cluster as a number, clusters numbered in order of first appearance: the numbering of the clusters
+    `resample(..., clusters=labels)` draws."""
+    return pd.factorize(np.asarray(labels))[0]
+
+
+def resample(
+    statistic,
+    n: int,
+    *,
+    strata=None,
+    clusters=None,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
+    vectorized: bool = False,
+) -> np.ndarray:
+    """The statistic of each of `resamples` bootstrap resamples of n samples (drawn with replacement, numpy's
+    default_rng(seed)), as an array in draw order. `statistic` is given one resample's indices, or with `vectorized`
+    all of them at once, one resample per row.
+
+    - plain: n sample indices per resample, all resamples drawn in one call;
+    - `strata` (one label per sample): each stratum's samples are drawn within it, as many as it holds, one draw per
+      stratum (in order of first appearance) per resample; a resample's indices come stratum by stratum;
+    - `clusters` (one label per sample): whole clusters are drawn, as many as there are, all resamples in one call;
+      the statistic is given cluster numbers (`cluster_numbers`), and brings each cluster's samples in itself (a mean
+      over clusters of different sizes is their sums over their sizes).
+    """
+    if strata is not None and clusters is not None:
+        raise ValueError("resample within strata or by clusters, not both")
+    rng = np.random.default_rng(seed)
+    if strata is not None:
+        codes = pd.factorize(np.asarray(strata))[0]
+        members = [np.flatnonzero(codes == code) for code in range(codes.max() + 1 if len(codes) else 0)]
+        picks = np.empty((resamples, n), dtype=np.int64)
+        for row in picks:  # resample by resample, stratum by stratum: the order the draws are made in
+            row[:] = np.concatenate([stratum[rng.integers(0, len(stratum), len(stratum))] for stratum in members])
+    else:
+        units = n if clusters is None else int(cluster_numbers(clusters).max(initial=-1)) + 1
+        picks = rng.integers(0, units, (resamples, units))
+    if vectorized:
+        return np.asarray(statistic(picks))
+    return np.asarray([statistic(row) for row in picks])
+
+
+def percentile_interval(draws, confidence: float = 0.95) -> tuple[float, float]:
+    """The percentile bootstrap interval of a statistic's resampled values, as scipy's `bootstrap` takes it (its
+    quantile: `stats.quantile` since scipy 1.15, numpy's percentile before)."""
+    alpha = (1 - confidence) / 2
+    if hasattr(stats, "quantile"):
+        low, high = stats.quantile(np.asarray(draws), np.asarray([alpha, 1 - alpha]))
+    else:
+        low, high = np.percentile(draws, [alpha * 100, (1 - alpha) * 100])
+    return float(low), float(high)
+
+
 def bootstrap_ci(values, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean (BOOTSTRAP_RESAMPLES resamples, seeded)."""
     data = np.asarray(values, dtype=float)
     if len(data) < 2 or np.all(data == data[0]):
         return float(data.mean()), float(data.mean())
-    result = stats.bootstrap(
-        (data,),
-        np.mean,
-        confidence_level=confidence,
-        n_resamples=BOOTSTRAP_RESAMPLES,
-        method="percentile",
-        random_state=np.random.default_rng(seed),
-    )
-    return float(result.confidence_interval.low), float(result.confidence_interval.high)
+    means = resample(lambda picks: data[picks].mean(axis=-1), len(data), seed=seed, vectorized=True)
+    return percentile_interval(means, confidence)
 
 
 def mean_ci(values, confidence: float = 0.95) -> tuple[float, float]:

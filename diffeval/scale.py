@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
 
-from diffeval.config import RunConfig
+from diffeval.config import EngineOptions, RunConfig
 from diffeval.errors import InputError, RunFailure
 from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.results import RecordWriter
@@ -92,14 +92,14 @@ def connect(address: str) -> None:
 
 def gpus_per_worker(config: RunConfig) -> float:
     """--gpus-per-worker, else by the cluster (not this driver, which may be a CPU-only head node): none without GPUs,
-    --tensor-parallel-size on vllm, 1 on hf."""
+    else what the engine's options say a worker holds (vllm: --tensor-parallel-size; hf: 1)."""
     import ray
 
     if config.gpus_per_worker is not None:
         return config.gpus_per_worker
     if not ray.cluster_resources().get("GPU", 0):
         return 0
-    return config.tensor_parallel_size if config.backend == "vllm" else 1
+    return (config.engine or EngineOptions()).worker_gpus()  # no engine options: a RunConfig built by hand
 
 
 def check_fits(config: RunConfig, gpus: float) -> None:

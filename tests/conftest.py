@@ -17,6 +17,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["DIFFEVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="diffeval-verdicts-")  # keep judge caches out of $HOME
 
+from diffeval.data.cities import CITIES  # noqa: E402
 from diffeval.data.haystack import NOISE_SENTENCES  # noqa: E402
 from diffeval.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
 from diffeval.tasks import needle  # noqa: E402
@@ -28,7 +29,7 @@ def _needle_texts() -> list[str]:
     return (
         [" ".join(NOISE_SENTENCES)] * 20
         + [needle.INSTRUCTION, needle.question(["Lisbon", "Paris"]), needle.answer_prefix(["Rome"])]
-        + [needle.needle_sentence(city, "1234567") for city in needle.CITIES]
+        + [needle.needle_sentence(city, "1234567") for city in CITIES]
     )
 
 

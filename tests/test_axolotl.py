@@ -127,8 +127,11 @@ def test_vllm_runs_without_the_norm_as_the_reference(no_norm):
     from vllm.inputs import TokensPrompt
 
     from diffeval.models.backend import EngineSettings, make_backend
+    from diffeval.models.vllm_options import VLLMOptions
 
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=2048, batch_size=8, enforce_eager=True)
+    settings = EngineSettings(
+        device="cpu", dtype="float32", max_model_len=2048, batch_size=8, options=VLLMOptions(enforce_eager=True)
+    )
     spec = ModelSpec("m", str(no_norm))
     hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
     try:

@@ -11,7 +11,8 @@ from dataclasses import fields
 
 import pytest
 
-from diffeval.config import RunConfig
+from diffeval.config import RunConfig, declared_engine_options
+from diffeval.models.backend import engine_options
 from diffeval.tasks import TASKS
 
 HEAVY = ("torch", "transformers", "pandas", "matplotlib", "scipy", "vllm", "ray", "datasets", "numpy")
@@ -60,12 +61,13 @@ def test_help_lists_every_command(tmp_path):
 
 def declared_flags(name: str) -> list[str]:
     """Every flag `diffeval run NAME` takes, from the declarations (config.option): the task's options, then
-    RunConfig's common ones and those the task lists."""
+    RunConfig's common ones and those the task lists, then every engine's own."""
     task = TASKS[name]
     declared = [f for f in fields(task.options) if f.metadata.get("cli", True)]
     declared += [
         f for f in fields(RunConfig) if "help" in f.metadata and (f.metadata["cli"] or f.name in task.run_options)
     ]
+    declared += list(declared_engine_options(engine_options()).values())
     flags = ["--model", "--config"]
     for f in declared:
         flags += (f.metadata.get("flag") or "--" + f.name.replace("_", "-")).split("/")

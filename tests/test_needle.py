@@ -4,6 +4,7 @@ import pytest
 
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
+from diffeval.longctx import lengths, scoring
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
@@ -129,8 +130,8 @@ SCORING_TABLE = [
 
 @pytest.mark.parametrize(("output", "expected", "default", "ruler"), SCORING_TABLE)
 def test_each_scoring_rule_on_a_table_of_outputs(output, expected, default, ruler):
-    assert needle.score(output, expected) == (default, default == 1.0)
-    assert needle.score(output, expected, "ruler") == (ruler, ruler == 1.0)
+    assert scoring.score(output, expected) == (default, default == 1.0)
+    assert scoring.score(output, expected, "ruler") == (ruler, ruler == 1.0)
 
 
 def test_rescoring_adds_unqueried_numbers_and_precision():
@@ -231,10 +232,10 @@ def test_effective_length_follows_nolima():
                 enumerate(fractions)}  # fmt: skip
 
     # base 1.0 at 1K; 2K keeps 0.9 >= 0.85, 4K drops to 0.8: effective 2K, though 8K is back at 0.9
-    assert needle.effective_length(scores(1.0, 0.9, 0.8, 0.9), [1024]) == (2048, 1.0)
-    assert needle.effective_length(scores(0.7, 1.0, 1.0, 1.0), [1024, 2048]) == (0, 0.85)  # below the shortest
-    assert needle.effective_length(scores(0.4, 0.4, 0.4, 0.4), [1024]) == (None, 0.4)  # base below the floor
-    assert needle.effective_length(scores(1.0, 1.0, 1.0, 1.0), [1024]) == (8192, 1.0)
+    assert lengths.effective_length(scores(1.0, 0.9, 0.8, 0.9), [1024]) == (2048, 1.0)
+    assert lengths.effective_length(scores(0.7, 1.0, 1.0, 1.0), [1024, 2048]) == (0, 0.85)  # below the shortest
+    assert lengths.effective_length(scores(0.4, 0.4, 0.4, 0.4), [1024]) == (None, 0.4)  # base below the floor
+    assert lengths.effective_length(scores(1.0, 1.0, 1.0, 1.0), [1024]) == (8192, 1.0)
 
 
 def test_effective_length_table_and_position_curves(tmp_path):
@@ -260,6 +261,6 @@ def test_effective_length_table_and_position_curves(tmp_path):
     assert needle.effective_length_table(longer, [1024]).loc["diff", "effective length"] == (
         "undefined: no records at the base lengths (1K)"
     )
-    frame["length"] = frame["ctx"].map(needle.format_ctx)
-    path = needle.position_curves(frame, ["diff", "base"], ["1K", "2K", "4K"], tmp_path)
-    assert path.name == "needle_position_curves.png" and path.stat().st_size > 1000
+    frame["length"] = frame["ctx"].map(lengths.format_ctx)
+    path = lengths.position_curves(frame, ["diff", "base"], ["1K", "2K", "4K"], tmp_path / "curves.png", "depth (%)")
+    assert path.name == "curves.png" and path.stat().st_size > 1000

@@ -55,6 +55,29 @@ def test_a_plugin_engine_runs_a_task_it_can_serve(tiny_models, tmp_path):
     assert len((out / "samples.jsonl").read_text().splitlines()) == 2
 
 
+def test_a_plugin_engine_declares_an_option_of_its_own(tiny_models, tmp_path):
+    """`suffix` declares --output-suffix in its options class: `--help` lists it, a run hands it to the engine and
+    records it in run.json (it changes outputs, so it is part of the identity), another engine refuses it."""
+    help_text = run_with_plugin("run", "needle", "--help")
+    assert help_text.returncode == 0 and "--output-suffix" in help_text.stdout
+    out = tmp_path / "needle-suffix"
+    args = ["run", "needle", "-m", f"m={tiny_models['base_a']}", "--ctx", "1k", "--depths", "50", "--samples", "2"]
+    result = run_with_plugin(*args, "--backend", "suffix", "--output-suffix", " [probe]", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(records) == 2 and all(r["output"].endswith(" [probe]") for r in records), records
+    assert json.loads((out / "run.json").read_text())["config"]["output_suffix"] == " [probe]"
+
+    other = run_with_plugin(*args, "--backend", "suffix", "--output-suffix", " [other]", "--out", str(out))
+    assert other.returncode == 2 and "output_suffix differ" in other.stderr, other.stderr
+    refused = run_with_plugin(*args, "--output-suffix", " [probe]", "--out", str(tmp_path / "on-hf"))
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "error: --output-suffix set(s) the suffix engine, not hf: add --backend suffix, or leave it out"
+    ]
+    assert not (tmp_path / "on-hf").exists()
+
+
 def test_a_task_needing_a_capability_the_engine_lacks_is_one_line(tiny_models, tmp_path):
     out = tmp_path / "attention-textonly"
     result = run_with_plugin(

@@ -11,10 +11,10 @@ from safetensors.torch import load_file
 from transformers import PreTrainedTokenizerFast
 
 from conftest import run_cli, run_cli_in_process
+from diffeval.data.cities import CITIES
 from diffeval.errors import InputError
 from diffeval.models.spec import BUILTIN_MODELS, builtin_models
 from diffeval.tasks import build_config
-from diffeval.tasks.needle import CITIES
 from diffeval.toy.corpus import TRAIN_PLACES, DocumentMaker
 from diffeval.toy.train import RUN_MARKER, TrainConfig, build_model, parameter_matched_ffn, train
 

@@ -29,6 +29,7 @@ from vllm.inputs import TokensPrompt  # noqa: E402
 from diffeval.models.backend import EngineSettings, make_backend  # noqa: E402
 from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
+from diffeval.models.vllm_options import VLLMOptions  # noqa: E402
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 BUILTIN = Path(__file__).resolve().parents[1] / "diffeval" / "toy_models"
@@ -59,7 +60,9 @@ def pair(request, gqa_llama, diff_models):
     """The same model on both engines: (hf backend, vllm backend)."""
     paths = {"toy-base": "toy-base", "gqa": str(gqa_llama), "toy-diff": "toy-diff", **diff_models}
     spec = ModelSpec("m", str(paths[request.param]))
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8, enforce_eager=True)
+    settings = EngineSettings(
+        device="cpu", dtype="float32", max_model_len=8192, batch_size=8, options=VLLMOptions(enforce_eager=True)
+    )
     hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
     yield hf, vllm
     vllm.close()
@@ -348,7 +351,9 @@ def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation
 
     config = build_config("needle", {}, {"models": ["a/b"], "ctx": "1k", "depths": "0,50,100", "samples": 2})
     samples = needle.make_samples(config.options, config.seed)
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=1024, batch_size=8, enforce_eager=True)
+    settings = EngineSettings(
+        device="cpu", dtype="float32", max_model_len=1024, batch_size=8, options=VLLMOptions(enforce_eager=True)
+    )
     compared, near_ties = 0, []
     for name, path in real_models.items():
         spec = ModelSpec(name, str(path))
@@ -377,7 +382,9 @@ def test_vllm_stops_at_every_generation_config_eos_id(real_models, tmp_path):
     from test_real_checkpoints import with_extra_eos
 
     folder = tmp_path / "eos"
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=512, batch_size=2, enforce_eager=True)
+    settings = EngineSettings(
+        device="cpu", dtype="float32", max_model_len=512, batch_size=2, options=VLLMOptions(enforce_eager=True)
+    )
     hf = make_backend(ModelSpec("m", str(real_models["base-llama3"])), settings, "hf")
     prompt, _ = with_extra_eos(hf, real_models["base-llama3"], folder)
     hf.close()
@@ -416,7 +423,9 @@ def v2_pair(request, tiny_models, tmp_path_factory):
         build_tiny_model("diff2", tiny_models["tok_a"], path, seed=shape["seed"], hidden=128, heads=4,
                          kv_heads=shape["kv_heads"], head_dim=32)  # fmt: skip
     spec = ModelSpec("m", str(path))
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8, enforce_eager=True)
+    settings = EngineSettings(
+        device="cpu", dtype="float32", max_model_len=8192, batch_size=8, options=VLLMOptions(enforce_eager=True)
+    )
     hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
     yield hf, vllm
     vllm.close()

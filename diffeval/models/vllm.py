@@ -28,6 +28,7 @@ from diffeval.models.loading import describe, load_config, load_tokenizer, stop_
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
 from diffeval.models.variants import of_architecture, vllm_architectures
+from diffeval.models.vllm_options import VLLMOptions
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
 # diffeval draws its own progress and reports errors in one line; vLLM's notices (allocator hints, kernels it skips on
@@ -63,11 +64,12 @@ class VLLMBackend:
                 f"model {info.name} is a DIFF model of class {info.architecture}; vLLM runs DIFF models of classes "
                 f"{' and '.join(runnable)} only: use --backend hf for it"
             )
-        if info.is_diff and settings.tensor_parallel_size > 1:
+        if info.is_diff and settings.engine_options(VLLMOptions).tensor_parallel_size > 1:
             raise InputError(
                 f"model {info.name} is a DIFF model: on vLLM it runs with --tensor-parallel-size 1 (a differential "
                 "head's two maps must stay on one GPU)"
             )
+        # --attn-impl is a RunConfig field, not an hf option: it is in every run's identity, vllm runs' included
         if settings.attn_impl != EngineSettings().attn_impl:
             raise InputError(
                 f"--attn-impl {settings.attn_impl} sets transformers' attention (--backend hf); vLLM picks its own "
@@ -91,6 +93,8 @@ class VLLMBackend:
         tokenizer = HFTokenizer(hf_tokenizer)
         device = _platform_device()
         dtype = settings.dtype if settings.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
+        options = settings.engine_options(VLLMOptions)
+        max_len = options.max_model_len or settings.max_model_len
         if settings.allow_overlength:  # vLLM refuses a length beyond the config's positions unless told
             os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
         try:
@@ -98,12 +102,12 @@ class VLLMBackend:
                 model=spec.path,
                 dtype=dtype,
                 trust_remote_code=settings.trust_remote_code,
-                tensor_parallel_size=settings.tensor_parallel_size,
-                gpu_memory_utilization=settings.gpu_memory_utilization,
+                tensor_parallel_size=options.tensor_parallel_size,
+                gpu_memory_utilization=options.gpu_memory_utilization,
                 # on CPU vLLM's graph compilation adds ~13 s to every engine start (toy model, 2 cores) and saves
                 # little decode time; CUDA graphs are a GPU matter
-                enforce_eager=settings.enforce_eager or device == "cpu",
-                max_model_len=settings.max_model_len,
+                enforce_eager=options.enforce_eager or device == "cpu",
+                max_model_len=max_len,
                 max_num_seqs=settings.batch_size,
                 enable_prefix_caching=True,
                 kv_cache_memory_bytes=_kv_cache_bytes(settings, info, dtype, device),
@@ -236,8 +240,9 @@ def _platform_device() -> str:
 def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, device: str) -> int | None:
     """--kv-cache-gib when given. On CPU, otherwise, what the run needs (a full batch of max-length sequences), at most
     2 GiB: vLLM's CPU default would reserve most of RAM. On GPU, None: vLLM sizes it from gpu_memory_utilization."""
-    if settings.kv_cache_gib is not None:
-        return int(settings.kv_cache_gib * 2**30)
+    options = settings.engine_options(VLLMOptions)
+    if options.kv_cache_gib is not None:
+        return int(options.kv_cache_gib * 2**30)
     if device == "cuda":
         return None
     width = 2 if dtype in ("bfloat16", "float16") else 4
@@ -245,6 +250,7 @@ def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, devic
     variant = of_architecture(info.architecture)
     caches = variant.vllm_kv_factor if variant else 1
     per_token = caches * 2 * (info.layers or 1) * (info.kv_heads or 1) * (info.head_dim or 1) * width
-    one_sequence = per_token * (settings.max_model_len + 512)  # + a few blocks: vLLM rounds up
+    longest = options.max_model_len or settings.max_model_len
+    one_sequence = per_token * (longest + 512)  # + a few blocks: vLLM rounds up
     cap = max(CPU_KV_CACHE_CAP_GIB * 2**30, one_sequence)  # never below what one max-length sequence needs
     return int(min(max(one_sequence * settings.batch_size, 64 * 2**20), cap))

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from diffeval.intervals import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, bootstrap_ci, is_binary
+from diffeval.intervals import BOOTSTRAP_SEED, bootstrap_ci, cluster_numbers, is_binary, resample
 
 CLUSTER_TEST = "cluster bootstrap"  # the `test` the paired statistics name for a clustered task
 
@@ -46,12 +46,17 @@ def cluster_bootstrap(differences, clusters, confidence: float = 0.95, seed: int
     it holds, so the estimate stays the plain mean of the differences. Percentile CI; two-sided p-value: twice the
     smaller share of resamples on either side of 0 (add-one, never 0)."""
     diff = np.asarray(differences, dtype=float)
-    codes, _ = pd.factorize(np.asarray(clusters))
+    codes = cluster_numbers(clusters)
     sums, sizes = np.bincount(codes, weights=diff), np.bincount(codes)
     if len(sizes) < 2:  # one cluster: nothing to resample, no evidence either way
         return {"clusters": len(sizes), "ci_low": float(diff.mean()), "ci_high": float(diff.mean()), "p_value": 1.0}
-    picks = np.random.default_rng(seed).integers(0, len(sizes), size=(BOOTSTRAP_RESAMPLES, len(sizes)))
-    means = sums[picks].sum(axis=1) / sizes[picks].sum(axis=1)
+    means = resample(
+        lambda picks: sums[picks].sum(axis=1) / sizes[picks].sum(axis=1),
+        len(diff),
+        clusters=clusters,
+        seed=seed,
+        vectorized=True,
+    )
     low, high = np.percentile(means, [50 * (1 - confidence), 50 * (1 + confidence)])
     tail = min((means <= 0).sum(), (means >= 0).sum())
     p_value = min(1.0, 2 * (tail + 1) / (len(means) + 1))

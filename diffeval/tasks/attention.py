@@ -23,13 +23,14 @@ from typing import TYPE_CHECKING
 
 from diffeval.config import option
 from diffeval.errors import InputError
+from diffeval.longctx.lengths import format_ctx, parse_format_ctx
 from diffeval.models import variants
 from diffeval.models.backend import Backend
 from diffeval.models.tokenizer import encode_in_context
 from diffeval.paper import TABLE3
 from diffeval.records import MayBeAbsent, Record
 from diffeval.tasks import needle
-from diffeval.tasks.base import Listing, Task, with_cells, with_rows
+from diffeval.tasks.base import Listing, Reporting, Running, Scoring, Task, Viewing, with_cells, with_rows
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -140,11 +141,12 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]:
-    """Table 3 always carries the paper's rows: the issue's headline comparison (see the module docstring)."""
+def tables(records: pd.DataFrame, options: AttentionOptions, paper: bool = True) -> dict[str, pd.DataFrame]:
+    """Table 3 always carries the paper's rows: the issue's headline comparison (see the module docstring). The
+    tables read no option."""
     import pandas as pd
 
-    frame = records.assign(length=records["ctx"].map(needle.format_ctx))
+    frame = records.assign(length=records["ctx"].map(format_ctx))
     multi_length = frame["length"].nunique() > 1
     out = {}
     for suffix, label in (("", "raw"), ("_normalized", "normalised")):
@@ -160,7 +162,7 @@ def tables(records: pd.DataFrame, paper: bool = True) -> dict[str, pd.DataFrame]
             for length, depth in pivot.columns:
                 prefix = f"{length} " if multi_length else ""
                 columns[f"{prefix}{segment} {depth}%"] = pivot[(length, depth)]
-                column_cells.append({"ctx": needle.parse_format_ctx(length), "depth": depth})
+                column_cells.append({"ctx": parse_format_ctx(length), "depth": depth})
         table = pd.DataFrame(columns)
         row_cells = [{"model": m} for m in table.index]
         if not suffix and not multi_length:  # the headline raw shares, beside the paper's Table 3
@@ -291,34 +293,39 @@ TASK = Task(
     name="attention",
     help="Attention-to-answer analysis on needle samples (paper Table 3), DIFF maps decomposed.",
     options=AttentionOptions,
-    make_samples=needle.make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={
-        "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
-        "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
-        "segments": "Share of every segment per map (raw and / row sum)",
-        "per_layer": "Attention to answer per layer (raw, headline map)",
-    },
-    note=(
-        "attention share = attention weight of the query row(s) on a segment; raw shares are as computed "
-        "(DIFF differential-map rows sum to 1 - lambda), 'normalised' ones are divided by the row sum; headline map: "
-        "differential map for DIFF models, softmax for baselines; mean over heads and layers"
-    ),
-    summary_keys=["model", "ctx", "depth", "needles", "queries"],
-    pair_keys=["ctx", "depth"],
-    metrics={
-        "answer_share": "answer_share",
-        "noise_share": "noise_share",
-        "answer_share_normalized": "answer_share_normalized",
-    },
-    summary_value="answer_share",
-    needs=frozenset({"attention_rows"}),
     run_options=("chat_template", "max_new_tokens"),
-    plots=plots,
-    check_inputs=check_inputs,
-    sizing=lambda samples, tokenizer, config: (needle.sizing(samples, tokenizer, config)[0], 0),  # no generation
-    sample_view=sample_view,
-    listing=Listing(answer=None, expected=None, outcome=None),  # shares: no answer, no right or wrong
-    record_schema=RECORD_SCHEMA,
+    running=Running(
+        make_samples=needle.make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"attention_rows"}),
+        budget=needle.budget,  # the needle task's prompt, fitted beside the needle's answer limit
+        check_inputs=check_inputs,
+        sizing=lambda samples, tokenizer, config: (needle.sizing(samples, tokenizer, config)[0], 0),  # no generation
+    ),
+    reporting=Reporting(
+        tables=tables,
+        titles={
+            "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
+            "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
+            "segments": "Share of every segment per map (raw and / row sum)",
+            "per_layer": "Attention to answer per layer (raw, headline map)",
+        },
+        note=(
+            "attention share = attention weight of the query row(s) on a segment; raw shares are as computed "
+            "(DIFF differential-map rows sum to 1 - lambda), 'normalised' ones are divided by the row sum; headline "
+            "map: differential map for DIFF models, softmax for baselines; mean over heads and layers"
+        ),
+        summary_keys=["model", "ctx", "depth", "needles", "queries"],
+        pair_keys=["ctx", "depth"],
+        metrics={
+            "answer_share": "answer_share",
+            "noise_share": "noise_share",
+            "answer_share_normalized": "answer_share_normalized",
+        },
+        summary_value="answer_share",
+        plots=plots,
+    ),
+    # shares: no answer, no right or wrong
+    viewing=Viewing(sample_view=sample_view, listing=Listing(answer=None, expected=None, outcome=None)),
+    scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

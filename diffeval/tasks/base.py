@@ -14,7 +14,7 @@ from typing import Any
 
 from diffeval.config import RunConfig, assemble
 from diffeval.errors import InputError
-from diffeval.models.backend import check_backend, default_batch_size
+from diffeval.models.backend import check_backend, default_batch_size, engine_options
 from diffeval.models.spec import parse_models
 from diffeval.tasks.blocks import Document, Listing
 
@@ -117,7 +117,7 @@ def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], fl
         raise InputError(f"unknown task {name!r}: {hint} one of {', '.join(tasks)}")
     task = tasks[name]
     values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
-    config = assemble(name, task.options, parse_models(values.pop("models", None)), values)
+    config = assemble(name, task.options, parse_models(values.pop("models", None)), values, engine_options())
     check_backend(name, task.needs, config.backend)
     if config.batch_size is None:
         config = replace(config, batch_size=default_batch_size(config.backend))

@@ -29,7 +29,17 @@ from diffeval.judges import JudgeItem, make_judge
 from diffeval.models.backend import Backend, available_backends
 from diffeval.paper import TABLE4
 from diffeval.records import MayBeAbsent, Record, sample_id
-from diffeval.tasks.base import Listing, Task, with_cells, with_rows
+from diffeval.tasks.base import (
+    ContextBudget,
+    Listing,
+    Reporting,
+    Running,
+    Scoring,
+    Task,
+    Viewing,
+    with_cells,
+    with_rows,
+)
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import numpy as np
@@ -263,7 +273,7 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     return [path]
 
 
-def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, options: HallucinationOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     import pandas as pd
 
     records = _with_outcomes(records)
@@ -317,6 +327,8 @@ def judge_agreement(records: pd.DataFrame) -> pd.DataFrame | None:
     import numpy as np
     import pandas as pd
 
+    from diffeval.intervals import resample
+
     if "other_verdicts" not in records or not records["other_verdicts"].map(bool, na_action="ignore").any():
         return None
     live = records[records["outcome"] != "degenerate"]
@@ -336,8 +348,7 @@ def judge_agreement(records: pd.DataFrame) -> pd.DataFrame | None:
             row.update({"kappa": np.nan, "kappa_low": np.nan, "kappa_high": np.nan})
         else:
             a, b = both["a"].astype(bool).to_numpy(), both["b"].astype(bool).to_numpy()
-            rng = np.random.default_rng(0)
-            draws = [cohen_kappa(a[i], b[i]) for i in rng.integers(0, len(a), (KAPPA_RESAMPLES, len(a)))]
+            draws = resample(lambda i, a=a, b=b: cohen_kappa(a[i], b[i]), len(a), resamples=KAPPA_RESAMPLES, seed=0)
             low, high = np.nanpercentile(draws, [2.5, 97.5]) if len(a) else (np.nan, np.nan)
             row.update({"kappa": cohen_kappa(a, b), "kappa_low": low, "kappa_high": high})
         rows.append(row)
@@ -426,38 +437,55 @@ RECORD_SCHEMA = {
 }
 
 
+MIN_PROMPT_TOKENS = 65  # the least prompt a context must leave beside the output: the template and some document
+
+
+def budget(config) -> ContextBudget:
+    """Each sample reserves its dataset's output length (LongBench's), so each length holds the longest of the run's
+    datasets beside a prompt."""
+    answer = max(data.SPECS[name].max_new_tokens for name in config.options.datasets)
+    return ContextBudget(config.options.ctx, answer, MIN_PROMPT_TOKENS)
+
+
 TASK = Task(
     name="hallucination",
     help="Contextual hallucination on summarization and QA (paper Table 4), judged.",
     options=HallucinationOptions,
-    make_samples=make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={
-        "table4": "Table 4 layout: fraction judged hallucination-free",
-        "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "
-        "hallucination rate",
-        "judging": "Judging: samples, outcomes (faithful, hallucinated, degenerate, unparsed), truncated prompts, "
-        "judge",
-        "judges": "Judges: each judge's accuracy per model, and Cohen's kappa with the primary judge (95 % bootstrap "
-        "CI over the outputs both judged)",
-    },
-    note=(
-        "accuracy = fraction of scored outputs judged hallucination-free (Table 4); an empty or degenerate output "
-        "scores 0 and is counted (degenerate); an unparsed verdict is excluded from its model's accuracy and counted "
-        "(unparsed), so each model's denominator is its scored outputs; with the overlap judge the numbers are a "
-        "lexical proxy, not a hallucination rate"
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"generate"}),
+        budget=budget,
+        check_inputs=check_inputs,
+        sizing=sizing,
+        judge=judge,
     ),
-    summary_keys=["model", "dataset"],
-    pair_keys=["dataset"],
-    metrics={"accuracy": "score"},
-    needs=frozenset({"generate"}),
-    plots=plots,
-    check_inputs=check_inputs,
-    judge=judge,
-    sizing=sizing,
-    sample_view=sample_view,
-    listing=Listing(answer="output", expected="reference", outcome="verdict"),  # hallucination-free is right
-    decimals={"degenerate": 0, "unparsed": 0},  # counts, beside the paper's rows
-    record_schema=RECORD_SCHEMA,
+    reporting=Reporting(
+        tables=tables,
+        titles={
+            "table4": "Table 4 layout: fraction judged hallucination-free",
+            "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "
+            "hallucination rate",
+            "judging": "Judging: samples, outcomes (faithful, hallucinated, degenerate, unparsed), truncated prompts, "
+            "judge",
+            "judges": "Judges: each judge's accuracy per model, and Cohen's kappa with the primary judge (95 % "
+            "bootstrap CI over the outputs both judged)",
+        },
+        note=(
+            "accuracy = fraction of scored outputs judged hallucination-free (Table 4); an empty or degenerate output "
+            "scores 0 and is counted (degenerate); an unparsed verdict is excluded from its model's accuracy and "
+            "counted (unparsed), so each model's denominator is its scored outputs; with the overlap judge the "
+            "numbers are a lexical proxy, not a hallucination rate"
+        ),
+        summary_keys=["model", "dataset"],
+        pair_keys=["dataset"],
+        metrics={"accuracy": "score"},
+        decimals={"degenerate": 0, "unparsed": 0},  # counts, beside the paper's rows
+        plots=plots,
+    ),
+    viewing=Viewing(
+        sample_view=sample_view,
+        listing=Listing(answer="output", expected="reference", outcome="verdict"),  # hallucination-free is right
+    ),
+    scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

@@ -12,29 +12,38 @@ Recipe:
 3. backend: greedy generation, stopped at a blank line; the record says when it stopped at the token limit.
 4. score: the fraction of the R expected numbers found in the output under a named scoring rule (SCORING_RULES:
    `default` at run time; `diffeval report --scoring ruler` rescores the stored outputs); `correct` = all found.
+
+The rest is the long-context toolkit (diffeval/longctx): prompt fitting and haystack streams (`fitting`), the scoring
+rules (`scoring`), length names, effective length and position curves (`lengths`); the cities are data/cities.py.
 """
 
 from __future__ import annotations
 
-import bisect
 import json
 import random
-import re
-import weakref
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from diffeval.config import int_list, option, parse_ctx
+from diffeval.data.cities import CITIES
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
-from diffeval.models.backend import Backend, Encoding
+from diffeval.longctx import fitting, scoring
+from diffeval.longctx.lengths import (
+    BASE_FLOOR,
+    EFFECTIVE_FRACTION,
+    effective_lengths,
+    format_ctx,
+    parse_format_ctx,
+    position_curves,
+)
+from diffeval.models.backend import Backend
 from diffeval.paper import TABLE2
 from diffeval.records import MayBeAbsent, Record, sample_id
-from diffeval.tasks.base import Task, with_cells, with_rows
+from diffeval.tasks.base import ContextBudget, Reporting, Running, Scoring, Task, Viewing, with_cells, with_rows
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
-    import numpy as np
     import pandas as pd
 
 
@@ -91,116 +100,6 @@ class NeedleOptions:
                 f"({','.join(map(format_ctx, self.ctx))}): give base lengths from --ctx, or leave it out (those ≤ 1K)"
             )
 
-
-# Evaluation cities. diffeval's toy-model training corpus draws from a disjoint list.
-CITIES = (
-    "Lisbon",
-    "Porto",
-    "Madrid",
-    "Seville",
-    "Valencia",
-    "Barcelona",
-    "Paris",
-    "Lyon",
-    "Marseille",
-    "Bordeaux",
-    "Brussels",
-    "Antwerp",
-    "Amsterdam",
-    "Rotterdam",
-    "Utrecht",
-    "Berlin",
-    "Hamburg",
-    "Munich",
-    "Cologne",
-    "Frankfurt",
-    "Vienna",
-    "Salzburg",
-    "Zurich",
-    "Geneva",
-    "Basel",
-    "Milan",
-    "Turin",
-    "Venice",
-    "Florence",
-    "Rome",
-    "Naples",
-    "Palermo",
-    "Athens",
-    "Thessaloniki",
-    "Sofia",
-    "Bucharest",
-    "Belgrade",
-    "Zagreb",
-    "Ljubljana",
-    "Budapest",
-    "Prague",
-    "Brno",
-    "Warsaw",
-    "Krakow",
-    "Gdansk",
-    "Vilnius",
-    "Riga",
-    "Tallinn",
-    "Helsinki",
-    "Stockholm",
-    "Gothenburg",
-    "Oslo",
-    "Bergen",
-    "Copenhagen",
-    "Aarhus",
-    "Dublin",
-    "Cork",
-    "Edinburgh",
-    "Glasgow",
-    "Manchester",
-    "Liverpool",
-    "Bristol",
-    "London",
-    "Reykjavik",
-    "Istanbul",
-    "Ankara",
-    "Cairo",
-    "Alexandria",
-    "Casablanca",
-    "Tunis",
-    "Lagos",
-    "Accra",
-    "Nairobi",
-    "Kampala",
-    "Addis Ababa",
-    "Johannesburg",
-    "Cape Town",
-    "Durban",
-    "Mumbai",
-    "Delhi",
-    "Chennai",
-    "Kolkata",
-    "Karachi",
-    "Lahore",
-    "Dhaka",
-    "Kathmandu",
-    "Colombo",
-    "Bangkok",
-    "Hanoi",
-    "Manila",
-    "Jakarta",
-    "Seoul",
-    "Busan",
-    "Osaka",
-    "Kyoto",
-    "Tokyo",
-    "Beijing",
-    "Shanghai",
-    "Sydney",
-    "Melbourne",
-    "Auckland",
-    "Lima",
-    "Bogota",
-    "Santiago",
-    "Toronto",
-    "Chicago",
-)
 
 INSTRUCTION = (
     "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
@@ -294,234 +193,46 @@ class NeedlePrompt:
     offsets: list[tuple[int, int]] = field(default_factory=list)
 
 
-class _Haystack:
-    """A sample's haystack stream as words, with the word indices where sentences end."""
-
-    def __init__(self, sentences: list[str]):
-        self.words: list[str] = []
-        self.sentence_ends: list[int] = []
-        for sentence in sentences:
-            self.words.extend(sentence.split())
-            self.sentence_ends.append(len(self.words))
-
-    def render(
-        self, n_words: int, needles: list[tuple[float, str]]
-    ) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
-        """The first n_words words with each (depth, sentence) needle at the nearest sentence boundary.
-
-        Returns the text, each needle's character span (input order) and the whole haystack's span.
-        """
-        boundaries = [0] + [e for e in self.sentence_ends if e < n_words] + [n_words]
-        placed = []
-        for i, (depth, _) in enumerate(needles):
-            target = depth / 100 * n_words
-            j = bisect.bisect_left(boundaries, target)
-            nearest = min(boundaries[max(j - 1, 0) : j + 1], key=lambda b: (abs(b - target), b))
-            placed.append((nearest, depth, i))
-        placed.sort()
-        parts: list[str] = []
-        spans: list[tuple[int, int] | None] = [None] * len(needles)
-        length, cursor = 0, 0
-
-        def add(piece: str) -> tuple[int, int]:
-            nonlocal length
-            if parts:
-                parts.append(" ")
-                length += 1
-            parts.append(piece)
-            length += len(piece)
-            return length - len(piece), length
-
-        for boundary, _, i in placed:
-            if boundary > cursor:
-                add(" ".join(self.words[cursor:boundary]))
-                cursor = boundary
-            spans[i] = add(needles[i][1])
-        if n_words > cursor:
-            add(" ".join(self.words[cursor:n_words]))
-        return "".join(parts), spans, (0, length)
-
-
-def _prompt_text(
-    sample: NeedleSample, haystack: _Haystack, n_words: int, backend: Backend, chat_template: bool
-) -> tuple[str, list[tuple[int, int]], tuple[int, int]]:
-    """The prompt with the haystack's first n_words words; each needle's and the whole haystack's character span."""
+def layout(sample: NeedleSample) -> fitting.Layout:
+    """The sample's prompt before fitting: instruction, haystack with every needle at its depth, question, answer
+    prefix."""
     queried = sample.cities[: sample.queries]
     needles = [(d, needle_sentence(c, n)) for d, c, n in zip(sample.needle_depths, sample.cities, sample.numbers)]
-    head = INSTRUCTION + "\n\n"
-    tail = "\n\n" + question(queried) + " "
-    body, needle_spans, hay_span = haystack.render(n_words, needles)
-    text = backend.render_prompt(head + body + tail, answer_prefix(queried), chat_template)
-    offset = text.index(head) + len(head)
-    shift = [(s + offset, e + offset) for s, e in needle_spans]
-    return text, shift, (hay_span[0] + offset, hay_span[1] + offset)
+    return fitting.Layout(INSTRUCTION + "\n\n", needles, "\n\n" + question(queried) + " ", answer_prefix(queried))
 
 
-def _fixed_part(sample: NeedleSample, backend: Backend, budget: int, chat_template: bool) -> Encoding:
-    """The prompt without haystack words (instruction, needles, question, answer prefix); refused when it overflows."""
-    encoding = backend.encode(_prompt_text(sample, _Haystack([]), 0, backend, chat_template)[0])
-    if len(encoding.ids) > budget:
-        raise InputError(
-            f"context {sample.ctx} cannot hold the instruction, {sample.needles} needles, the question and "
-            "--max-new-tokens: use a longer --ctx or fewer needles"
-        )
-    return encoding
-
-
-def _first_guess(tokens_through_word: list[int], room: int, ctx: int) -> int:
-    """The haystack word count a fit tries first: a little below the room, so that one exact tokenization usually
-    lands in the top 1 % of the budget."""
-    return bisect.bisect_right(tokens_through_word, room - max(2, ctx // 500)) - 1
+def _too_long(sample: NeedleSample) -> str:
+    return (
+        f"context {sample.ctx} cannot hold the instruction, {sample.needles} needles, the question and "
+        "--max-new-tokens: use a longer --ctx or fewer needles"
+    )
 
 
 def build_prompt(sample: NeedleSample, source: str, backend: Backend, budget: int, chat_template: bool) -> NeedlePrompt:
     """Fit the sample into `budget` tokens of this model: the most haystack words that fit."""
-    encodings: dict[int, Encoding] = {0: _fixed_part(sample, backend, budget, chat_template)}
-    room = budget - len(encodings[0].ids)
-    haystack, tokens_through_word = _stream(backend, source, sample.haystack_seed, room)
-
-    def fits(n_words: int) -> bool:
-        if n_words not in encodings:
-            encodings[n_words] = backend.encode(_prompt_text(sample, haystack, n_words, backend, chat_template)[0])
-        return len(encodings[n_words].ids) <= budget
-
-    # Aim a little below the budget: one exact tokenization then usually lands in the top 1 %; when it does
-    # not (merges at the joins, odd tokenizers), search for the largest fitting word count.
-    lowest_accepted = budget - 0.01 * sample.ctx
-    guess = _first_guess(tokens_through_word, room, sample.ctx)
-    if fits(guess) and len(encodings[guess].ids) >= lowest_accepted:
-        n_words = guess
-    else:
-        n_words = _largest_fitting(fits, guess, len(haystack.words))
-    text, needle_chars, hay_chars = _prompt_text(sample, haystack, n_words, backend, chat_template)
-    encoding = encodings[n_words]
-    to_tokens = _CharToToken(encoding.offsets)
-    needle_spans = [to_tokens.span(*span) for span in needle_chars]
-    number_spans = []
-    for (start, end), number in zip(needle_chars, sample.numbers):
-        at = text.index(number, start, end)
-        number_spans.append(to_tokens.span(at, at + len(number)))
-    hay_span = to_tokens.span(*hay_chars)
-    first = needle_spans[0][0]
-    before = sum(e - s for s, e in needle_spans if s < first)
-    hay_tokens = (hay_span[1] - hay_span[0]) - sum(e - s for s, e in needle_spans)
+    fitted = fitting.fit(
+        layout(sample), backend, source, sample.haystack_seed, budget, sample.ctx, chat_template, _too_long(sample)
+    )
+    number_spans = [fitted.token_span_of(number, i) for i, number in enumerate(sample.numbers)]
     return NeedlePrompt(
-        ids=encoding.ids,
-        haystack_words=n_words,
-        spans={"needles": needle_spans, "numbers": number_spans, "haystack": list(hay_span)},
-        depth_actual=round(100 * (first - hay_span[0] - before) / max(hay_tokens, 1), 2),
-        text=text,
-        offsets=encoding.offsets,
+        ids=fitted.ids,
+        haystack_words=fitted.haystack_words,
+        spans={"needles": fitted.insert_spans, "numbers": number_spans, "haystack": list(fitted.haystack_span)},
+        depth_actual=fitted.depth_of(0),
+        text=fitted.text,
+        offsets=fitted.offsets,
     )
 
 
-_streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def _stream(backend: Backend, source: str, seed: int, room: int) -> tuple[_Haystack, list[int]]:
-    """A haystack stream holding more than `room` tokens, with its per-word token counts (cached per model)."""
-    key = (source, 0 if source == "noise" else seed)  # the noise stream is the same for every seed
-    cache = _streams.setdefault(backend, {})
-    if key in cache and cache[key][1][-1] > room:
-        return cache[key]
-    min_words = room + 64  # tokenizers give at least about one token per word; doubled below if not
-    while True:
-        haystack = _Haystack(haystack_sentences(source, seed, min_words))
-        counts = _tokens_through_word(backend, haystack.words)
-        if counts[-1] > room:
-            cache[key] = (haystack, counts)
-            return haystack, counts
-        min_words *= 2
-
-
-def _tokens_through_word(backend: Backend, words: list[str]) -> list[int]:
-    """tokens_through_word[i] = how many tokens the first i words take (one tokenization of the stream)."""
-    text = " ".join(words)
-    token_ends = sorted(end for _, end in backend.encode(text).offsets)
-    counts, char = [0], 0
-    for word in words:
-        char += len(word)
-        counts.append(bisect.bisect_right(token_ends, char))
-        char += 1
-    return counts
-
-
-def _largest_fitting(fits, guess: int, upper: int) -> int:
-    """Largest n in [0, upper] with fits(n), for a monotone fits (fits(0) holds): gallop from guess, then bisect."""
-    guess = min(max(guess, 0), upper)
-    step = 4
-    if fits(guess):
-        low, high = guess, guess
-        while high < upper and fits(high):
-            low, high = high, min(high + step, upper)
-            step *= 2
-        if fits(high):
-            return high
-    else:
-        low, high = guess, guess
-        while not fits(low):
-            high, low = low, max(low - step, 0)
-            step *= 2
-    while high - low > 1:  # fits(low), not fits(high)
-        mid = (low + high) // 2
-        low, high = (mid, high) if fits(mid) else (low, mid)
-    return low
-
-
-class _CharToToken:
-    """Character span → token span [start, end) through a fast tokenizer's offset mapping."""
-
-    def __init__(self, offsets: list[tuple[int, int]]):
-        self.starts, self.ends = [], []
-        for start, end in offsets:  # special tokens carry (0, 0): keep both lists sorted
-            self.starts.append(max(start, self.starts[-1] if self.starts else 0))
-            self.ends.append(max(end, self.ends[-1] if self.ends else 0))
-
-    def span(self, char_start: int, char_end: int) -> tuple[int, int]:
-        first = bisect.bisect_right(self.ends, char_start)
-        last = bisect.bisect_left(self.starts, char_end)
-        return first, max(last, first + 1)
-
-
-# A number as a model may write it: plain digits, or 3-digit groups with one kind of separator (4,821,937 / 4 821 937
-# / 4.821.937 / 4'821'937); never part of a longer number (no digit, and no decimal point and digit, on either side)
-_NUMBER = re.compile(
-    r"(?<!\d)(?<!\d\.)"
-    r"(?:\d{1,3}(?:,\d{3})+|\d{1,3}(?:\.\d{3})+|\d{1,3}(?:'\d{3})+|\d{1,3}(?: \d{3})+|\d+)"
-    r"(?!\d)(?!\.\d)"
-)
-_CONTROL = re.compile(r"[\x00-\x1f]")
-
-SCORING_RULES = {
-    "default": "the fraction of expected numbers found as whole numbers, plain or with one kind of separator between "
-    "3-digit groups (4,821,937, 4 821 937, 4.821.937, 4'821'937)",
-    "ruler": "RULER's string_match_all: the fraction of expected numbers found as case-insensitive substrings of the "
-    "output",
-}
-
-
-def numbers_in(output: str) -> set[str]:
-    """Every number in the output, separators removed."""
-    return {re.sub(r"[,.' ]", "", number) for number in _NUMBER.findall(output)}
-
-
-def score(output: str, expected: list[str], rule: str = "default") -> tuple[float, bool]:
-    """Fraction of the expected numbers the rule finds in the output; correct = all found."""
-    if rule == "ruler":  # RULER's postprocess_pred (control characters to newlines, stripped), then string_match_all
-        text = _CONTROL.sub("\n", output).strip().lower()
-        hits = sum(reference.lower() in text for reference in expected)
-    else:
-        found = numbers_in(output)
-        hits = sum(number in found for number in expected)
-    return hits / len(expected), hits == len(expected)
+SCORING_RULES = scoring.described(("default", "ruler"))
 
 
 def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
     """The records scored by `rule` from their stored outputs, with the rule-independent answer diagnostics:
     `unqueried_numbers` (the output names a number of a needle that was not asked for) and `precision` (expected
     numbers found ÷ distinct numbers in the output; empty where the output has none)."""
-    scored = [score(output, expected, rule) for output, expected in zip(records["output"], records["expected"])]
-    found = [numbers_in(output) for output in records["output"]]
+    scored = [scoring.score(output, expected, rule) for output, expected in zip(records["output"], records["expected"])]
+    found = [scoring.numbers_in(output) for output in records["output"]]
     unqueried = [
         bool(found_here & (set(numbers) - set(expected)))
         for found_here, numbers, expected in zip(found, records["numbers"], records["expected"])
@@ -548,7 +259,7 @@ def record(
     batch: int = 1,
     token_limit: int = 32,
 ):
-    value, correct = score(output, sample.expected)
+    value, correct = scoring.score(output, sample.expected)
     fields = asdict(sample)
     for key in ("sample_id", "haystack_seed"):
         fields.pop(key)
@@ -567,8 +278,9 @@ def record(
     return Record("needle", model, sample.sample_id, len(prompt.ids), new_tokens, seconds, fields)
 
 
-def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
-    """Table 2 layout (rows = models, columns = N/R, per length) and a depth × length grid per model."""
+def tables(records: pd.DataFrame, options: NeedleOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
+    """Table 2 layout (rows = models, columns = N/R, per length) and a depth × length grid per model; with several
+    lengths, the effective length over the run's `options.base_lengths`."""
     import pandas as pd
 
     frame = records.assign(nr=records["needles"].astype(str) + "/" + records["queries"].astype(str))
@@ -590,8 +302,7 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     out["table2"] = with_cells(table2.round(3), row_cells, column_cells)
     out["answers"] = _answers(frame)
     if len(lengths) > 1:
-        base_lengths = records.attrs.get("options", {}).get("base_lengths") or []
-        out["effective_length"] = effective_length_table(frame, base_lengths)
+        out["effective_length"] = effective_length_table(frame, options.base_lengths)
     for model, group in frame.groupby("model", sort=False):
         grid = group.pivot_table(index="depth", columns="length", values="score", aggfunc="mean")
         grid = grid.reindex(columns=[c for c in lengths if c in grid.columns])
@@ -604,74 +315,11 @@ def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame
     return out
 
 
-EFFECTIVE_FRACTION = 0.85  # NoLiMa: a length is effective while it keeps 85 % of the base score
-BASE_FLOOR = 0.5  # below this base score an effective length would measure noise: undefined
-BASE_MAX_LENGTH = 1024  # default base lengths: those run at or below this
-EFFECTIVE_RESAMPLES = 2000
-
-
-def effective_length(scores: dict[int, np.ndarray], base_lengths: list[int]) -> tuple[int | None, float]:
-    """(effective length, base score) from per-length sample scores: the base is the mean over `base_lengths`; the
-    effective length is the longest L such that every length ≤ L scores at least EFFECTIVE_FRACTION × base, 0 when
-    the shortest length already falls short, None when the base is below BASE_FLOOR."""
-    import numpy as np
-
-    base = float(np.mean(np.concatenate([scores[length] for length in base_lengths])))
-    if base < BASE_FLOOR:
-        return None, base
-    effective = 0
-    for length in sorted(scores):
-        if scores[length].mean() < EFFECTIVE_FRACTION * base:
-            break
-        effective = length
-    return effective, base
-
-
 def effective_length_table(frame: pd.DataFrame, base_lengths: list[int]) -> pd.DataFrame:
-    """Per model: the base lengths and score, the effective length and its 95 % bootstrap interval (samples
-    resampled within each length, EFFECTIVE_RESAMPLES times, seed 0; a length is discrete, so the interval is the
-    2.5th and 97.5th percentile lengths of the resamples)."""
-    import numpy as np
-    import pandas as pd
-
-    rows = {}
-    for model, group in frame.groupby("model", sort=False):
-        scores = {int(ctx): g["score"].to_numpy(dtype=float) for ctx, g in group.groupby("ctx")}
-        # the given base lengths, never others in their place: a partial run may not have reached them yet
-        base = [b for b in base_lengths if b in scores] if base_lengths else [b for b in scores if b <= BASE_MAX_LENGTH]
-        row = {"base lengths": ", ".join(map(format_ctx, base)) or "none run"}
-        if not base:
-            wanted = ", ".join(map(format_ctx, base_lengths)) or f"up to {format_ctx(BASE_MAX_LENGTH)}"
-            rows[model] = {**row, "effective length": f"undefined: no records at the base lengths ({wanted})"}
-            continue
-        found, base_score = effective_length(scores, base)
-        row.update({"base score": round(base_score, 3), "threshold": round(EFFECTIVE_FRACTION * base_score, 3)})
-        if found is None:
-            rows[model] = {**row, "effective length": f"undefined: base below {BASE_FLOOR}"}
-            continue
-        rng = np.random.default_rng(0)
-        draws = []
-        for _ in range(EFFECTIVE_RESAMPLES):
-            resampled = {length: rng.choice(values, len(values)) for length, values in scores.items()}
-            draws.append(effective_length(resampled, base)[0])
-        defined = [d for d in draws if d is not None]
-        low, high = (np.percentile(defined, [2.5, 97.5], method="lower") if defined else (None, None))
-        rows[model] = {
-            **row,
-            "effective length": _length_name(found, min(scores)),
-            "interval low": _length_name(low, min(scores)),
-            "interval high": _length_name(high, min(scores)),
-            "resamples with base below floor": len(draws) - len(defined),
-        }
-    table = pd.DataFrame.from_dict(rows, orient="index")
-    table.index.name = "model"
+    """Per model, the effective length and its interval (longctx.lengths.effective_lengths), each row the model's
+    records."""
+    table = effective_lengths(frame, base_lengths)
     return with_cells(table, [{"model": m} for m in table.index], [None] * table.shape[1])
-
-
-def _length_name(length, shortest: int) -> str:
-    if length is None:
-        return "undefined"
-    return f"< {format_ctx(shortest)}" if length == 0 else format_ctx(int(length))
 
 
 def _answers(frame: pd.DataFrame) -> pd.DataFrame:
@@ -727,39 +375,8 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     path = folder / "needle_heatmap.png"
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
-    return [path, position_curves(frame, models, lengths, folder)]
-
-
-def position_curves(frame: pd.DataFrame, models: list[str], lengths: list[str], folder: Path) -> Path:
-    """Score by answer-needle depth, one line per length with its 95 % CI (Wilson for yes/no scores, bootstrap
-    otherwise), one panel per model."""
-    from diffeval.intervals import summarize
-    from diffeval.plotting import plt
-
-    summary = summarize(frame, ["model", "length", "depth"], "score")
-    fig, axes = plt.subplots(1, len(models), figsize=(0.6 + 4.2 * len(models), 3.4), squeeze=False, sharey=True)
-    for ax, model in zip(axes[0], models):
-        for length in lengths:
-            cell = summary[(summary["model"] == model) & (summary["length"] == length)].sort_values("depth")
-            if cell.empty:
-                continue
-            errors = [cell["accuracy"] - cell["ci_low"], cell["ci_high"] - cell["accuracy"]]
-            ax.errorbar(cell["depth"], cell["accuracy"], yerr=errors, marker="o", capsize=3, label=length)
-        ax.set(title=model, xlabel="answer needle depth (%)", ylim=(-0.05, 1.05))
-    axes[0][0].set_ylabel("accuracy (95 % CI)")
-    axes[0][-1].legend(title="length", fontsize=7)
-    path = folder / "needle_position_curves.png"
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
-
-
-def format_ctx(ctx: int) -> str:
-    return f"{ctx // 1024}K" if ctx % 1024 == 0 else str(ctx)
-
-
-def parse_format_ctx(text: str) -> int:
-    return int(text[:-1]) * 1024 if text.endswith("K") else int(text)
+    curves = position_curves(frame, models, lengths, folder / "needle_position_curves.png", "answer needle depth (%)")
+    return [path, curves]
 
 
 def check_inputs(config) -> None:
@@ -852,7 +469,8 @@ def _prompt_pieces(prompt: NeedlePrompt, spans: dict, sample: NeedleSample, whol
     from diffeval.tasks.blocks import Elided, Mark, Span
 
     text, offsets = prompt.text, prompt.offsets
-    starts = _CharToToken(offsets).starts + [len(text)]  # token i's first character; slices between them tile the text
+    # token i's first character; slices between them tile the text
+    starts = fitting.CharToToken(offsets).starts + [len(text)]
 
     def piece(a: int, b: int) -> str:
         return text[starts[a] : starts[b]]
@@ -902,11 +520,11 @@ def sizing(samples: list[NeedleSample], tokenizer, config) -> tuple[int, int]:
     for sample in samples:
         limit = token_limit(sample, tokenizer, config)
         budget = sample.ctx - limit
-        fixed = len(_fixed_part(sample, tokenizer, budget, config.chat_template).ids)
-        room = budget - fixed
         seed = stream_seeds.setdefault(sample.ctx, sample.haystack_seed)
-        _, tokens_through_word = _stream(tokenizer, options.haystack, seed, room)
-        estimate = fixed + tokens_through_word[max(_first_guess(tokens_through_word, room, sample.ctx), 0)]
+        estimate = fitting.estimated_tokens(
+            layout(sample), tokenizer, options.haystack, seed, budget, sample.ctx, config.chat_template,
+            _too_long(sample),
+        )  # fmt: skip
         if sample.ctx not in corrections:
             exact = build_prompt(sample, options.haystack, tokenizer, budget, config.chat_template)
             corrections[sample.ctx] = len(exact.ids) - estimate
@@ -936,40 +554,52 @@ RECORD_SCHEMA = {
 }
 
 
+MIN_PROMPT_TOKENS = 65  # the least prompt a context must leave beside the answer: instruction, needles and question
+
+
+def budget(config) -> ContextBudget:
+    """Each length holds a prompt and the answer's token limit: --max-new-tokens, else at least MIN_NEW_TOKENS (the
+    rest of a longer expected answer is fitted per sample, `token_limit`)."""
+    return ContextBudget(config.options.ctx, config.max_new_tokens or MIN_NEW_TOKENS, MIN_PROMPT_TOKENS)
+
+
 TASK = Task(
     name="needle",
     help="Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
     options=NeedleOptions,
-    make_samples=make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={
-        "table2": "Table 2 layout: accuracy by model and N/R",
-        "answers": "Answers: accuracy, outputs naming unqueried needles' numbers, precision, samples stopped at the "
-        "token limit",
-        "depth_grid": "Depth x length grid",
-        "effective_length": f"Effective length (NoLiMa): the longest length up to which every length keeps "
-        f"{EFFECTIVE_FRACTION:.0%} of the base score (mean over the base lengths); undefined when the base is below "
-        f"{BASE_FLOOR}; 95 % bootstrap interval over samples, as the 2.5th-97.5th percentile lengths",
-    },
-    note=(
-        "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
-        "as in LWM and the DIFF paper; averaged over depths in Table 2; precision counts distinct numbers in an "
-        "output, over outputs that contain one"
-    ),
-    summary_keys=["model", "ctx", "depth", "needles", "queries"],
-    pair_keys=["ctx", "needles", "queries"],
-    metrics={"accuracy": "score"},
-    needs=frozenset({"generate"}),
     run_options=("chat_template", "max_new_tokens"),
-    plots=plots,
-    check_inputs=check_inputs,
-    prepare_batch=prepare_batch,
-    sizing=sizing,
-    sample_view=sample_view,
-    # a count in a column that missing values (models without an effective length) turn into floats
-    decimals={"resamples with base below floor": 0},
-    scoring_rules=SCORING_RULES,
-    rescore=rescore,
-    record_schema=RECORD_SCHEMA,
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"generate"}),
+        budget=budget,
+        check_inputs=check_inputs,
+        prepare_batch=prepare_batch,
+        sizing=sizing,
+    ),
+    reporting=Reporting(
+        tables=tables,
+        titles={
+            "table2": "Table 2 layout: accuracy by model and N/R",
+            "answers": "Answers: accuracy, outputs naming unqueried needles' numbers, precision, samples stopped at "
+            "the token limit",
+            "depth_grid": "Depth x length grid",
+            "effective_length": f"Effective length (NoLiMa): the longest length up to which every length keeps "
+            f"{EFFECTIVE_FRACTION:.0%} of the base score (mean over the base lengths); undefined when the base is "
+            f"below {BASE_FLOOR}; 95 % bootstrap interval over samples, as the 2.5th-97.5th percentile lengths",
+        },
+        note=(
+            "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
+            "as in LWM and the DIFF paper; averaged over depths in Table 2; precision counts distinct numbers in an "
+            "output, over outputs that contain one"
+        ),
+        summary_keys=["model", "ctx", "depth", "needles", "queries"],
+        pair_keys=["ctx", "needles", "queries"],
+        metrics={"accuracy": "score"},
+        # a count in a column that missing values (models without an effective length) turn into floats
+        decimals={"resamples with base below floor": 0},
+        plots=plots,
+    ),
+    viewing=Viewing(sample_view=sample_view),
+    scoring=Scoring(record_schema=RECORD_SCHEMA, rules=SCORING_RULES, rescore=rescore),
 )

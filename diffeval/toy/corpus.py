@@ -3,7 +3,7 @@
 A document reads exactly like a needle prompt (instruction, haystack with "The special magic number for PLACE
 is: NNNNNNN." facts, question, answer prefix) followed by its answer and further question/answer rounds about
 the same facts, so one document trains several retrievals. Places come from TRAIN_PLACES and a syllable
-generator, never from the evaluation's `needle.CITIES`; a document is a pure function of (seed, index, length).
+generator, never from the evaluation's `data.cities.CITIES`; a document is a pure function of (seed, index, length).
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from diffeval.data.cities import CITIES
 from diffeval.data.haystack import NOISE_SENTENCES
-from diffeval.tasks.needle import CITIES, INSTRUCTION, answer_prefix, needle_sentence, question
+from diffeval.tasks.needle import INSTRUCTION, answer_prefix, needle_sentence, question
 
 # Real towns, regions and islands; none of them is an evaluation city (asserted below).
 TRAIN_PLACES = (

@@ -6,10 +6,11 @@ cities, and the seed differs from the CLI's default, so tracking this never tune
 
 from __future__ import annotations
 
+from diffeval.longctx.scoring import score
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import LoadedModel, describe
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks.needle import STOP, build_prompt, make_sample, score
+from diffeval.tasks.needle import STOP, build_prompt, make_sample
 from diffeval.toy.corpus import VALIDATION_PLACES
 
 VALIDATION_SEED = 7919

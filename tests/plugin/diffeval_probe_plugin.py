@@ -4,18 +4,22 @@
 is non-empty. Its sample view is built from diffeval's generic blocks alone: `diffeval view` shows it with no code
 that names the task. `TextOnlyBackend` is a deterministic test double of an engine: the real transformers backend with
 every capability but `generate` withheld, to show capability checks and the factory without a second real engine.
+`SuffixBackend` is an engine with an option of its own (`--output-suffix`, declared in `SuffixOptions`): the module
+and its entry point are all it takes for the option to reach the CLI, presets, run.json and the engine.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
 from diffeval.config import option, parse_ctx
 from diffeval.errors import InputError
-from diffeval.models.backend import Engine
+from diffeval.models.backend import Engine, EngineSettings, Generation
 from diffeval.models.hf import HFBackend
+from diffeval.models.hf_options import HFOptions
+from diffeval.models.spec import ModelSpec
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Listing, Task
 from diffeval.tasks.blocks import Bar, Bars, Document, Field, Fields, Mark, Output, Outputs, Text
@@ -112,4 +116,26 @@ class TextOnlyBackend(HFBackend):
     capabilities = frozenset({"generate"})
 
 
-ENGINE = Engine("textonly", "diffeval_probe_plugin:TextOnlyBackend", frozenset({"generate"}))
+ENGINE = Engine("textonly", "diffeval_probe_plugin:TextOnlyBackend", frozenset({"generate"}), options=HFOptions)
+
+
+@dataclass(frozen=True)
+class SuffixOptions(HFOptions):  # an engine built on hf keeps hf's options (--threads) and adds its own
+    output_suffix: str = option("", help="suffix engine: text appended to every generated output [default: none]")
+
+
+class SuffixBackend(HFBackend):
+    name = "suffix"
+    capabilities = frozenset({"generate"})
+
+    @classmethod
+    def load(cls, spec: ModelSpec, settings: EngineSettings) -> SuffixBackend:
+        backend = super().load(spec, settings)
+        backend.suffix = settings.engine_options(SuffixOptions).output_suffix
+        return backend
+
+    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
+        return [replace(out, text=out.text + self.suffix) for out in super().generate(prompts, max_new_tokens, stop)]
+
+
+SUFFIX_ENGINE = Engine("suffix", "diffeval_probe_plugin:SuffixBackend", frozenset({"generate"}), options=SuffixOptions)
