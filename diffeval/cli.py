@@ -333,6 +333,7 @@ def models_inspect(
         ("max positions", info.max_positions),
         ("RoPE base", info.rope_theta),
         ("parameters", f"{info.parameters:,}"),
+        *([("GGUF file", info.gguf["file"]), ("quantization", info.gguf["quantization"])] if info.gguf else []),
     ):
         table.add_row(label, str(value))
     console.print(table)

@@ -9,6 +9,8 @@ instead of `import diffeval`.
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import functools
 import json
 import re
@@ -26,7 +28,7 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from diffeval.errors import InputError
-from diffeval.models import variants
+from diffeval.models import gguf, variants
 from diffeval.models.diff import AXOLOTL_INIT_KEYS, sublayer_norm
 from diffeval.models.spec import ModelInfo, ModelSpec
 
@@ -67,6 +69,8 @@ def _check_spec(spec: ModelSpec) -> None:
     """A path-looking spec must exist; anything else is treated as a hub id."""
     path = Path(spec.path).expanduser()
     if path.exists():
+        if gguf.find(spec.path, spec.name):
+            return
         if not (path / "config.json").is_file():
             raise InputError(f"model {spec.name}: {spec.spec} has no config.json; point at a saved checkpoint folder")
     elif spec.spec.startswith((".", "/", "~")) or spec.spec.count("/") > 1:  # hub ids are `org/name`
@@ -122,13 +126,36 @@ def _check_hub(spec: ModelSpec) -> None:
         )
 
 
+def source(spec: ModelSpec) -> tuple[str, dict[str, str]]:
+    """Where transformers loads a model from, and how: a GGUF file is its folder plus `gguf_file`."""
+    file = gguf.find(spec.path, spec.name)
+    return (file.folder, {"gguf_file": file.name}) if file else (spec.path, {})
+
+
+def _from_pretrained(auto, path: str, trust_remote_code: bool, gguf_file: str | None = None):
+    """`auto.from_pretrained`; a GGUF file's config and tokenizer are parsed from it once per process (seconds each:
+    the check stage and the engine both ask) and handed out as copies, as callers change them (pad token)."""
+    if gguf_file is None:
+        return auto.from_pretrained(path, trust_remote_code=trust_remote_code)
+    return copy.deepcopy(_parsed_gguf(auto, path, gguf_file, trust_remote_code))
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_gguf(auto, path: str, gguf_file: str, trust_remote_code: bool):
+    return auto.from_pretrained(path, gguf_file=gguf_file, trust_remote_code=trust_remote_code)
+
+
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
     _check_hub(spec)
     register_variants()
     _refuse_older_axolotl(spec)
+    path, extra = source(spec)
+    if extra:
+        gguf.describe(gguf.find(spec.path, spec.name), spec.name)  # the header first: a truncated file is named so
     try:
-        config = AutoConfig.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
+        with _quiet_transformers():
+            config = _from_pretrained(AutoConfig, path, trust_remote_code, **extra)
     except Exception as exc:  # a broken checkpoint raises anything from OSError to JSONDecodeError
         raise _load_error(spec, "its config", exc) from None
     variant = variants.variant_of(config)
@@ -191,8 +218,10 @@ def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
     _check_spec(spec)
     _check_hub(spec)
     register_variants()  # AutoTokenizer may read the model config to pick the tokenizer class
+    path, extra = source(spec)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(spec.path, trust_remote_code=trust_remote_code)
+        with _quiet_transformers():
+            tokenizer = _from_pretrained(AutoTokenizer, path, trust_remote_code, **extra)
     except Exception as exc:
         raise _load_error(spec, "its tokenizer", exc) from None
     if not getattr(tokenizer, "is_fast", False):
@@ -208,6 +237,10 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False):
     config = load_config(spec, trust_remote_code)
     load_tokenizer(spec, trust_remote_code)
     check_architecture(spec, config, trust_remote_code)
+    file = gguf.find(spec.path, spec.name)
+    if file is not None:
+        check_weights(spec, config, gguf.tensor_shapes(file, spec.name, meta_model(config)), trust_remote_code)
+        return config
     folder = Path(spec.path).expanduser()
     if folder.is_dir():
         weights = sorted(folder.glob("*.safetensors"))
@@ -395,7 +428,7 @@ def stop_token_ids(spec: ModelSpec, config, tokenizer) -> list[int]:
     """The ids a generation ends at, the same on every engine: the tokenizer's EOS and every EOS the checkpoint's
     generation config (or, without one, its model config) lists. Llama-3 lists several."""
     try:
-        listed = GenerationConfig.from_pretrained(spec.path).eos_token_id
+        listed = GenerationConfig.from_pretrained(source(spec)[0]).eos_token_id
     except OSError:  # no generation_config.json: transformers and vLLM fall back to the model config's
         listed = getattr(config.get_text_config(), "eos_token_id", None)
     ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
@@ -433,6 +466,9 @@ def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelIn
         rope_theta=rope_theta if rope_theta is not None else getattr(text_config, "rope_theta", None),
         diff_variant=variant.name if is_diff and variant else None,
     )
+    file = gguf.find(spec.path, spec.name)
+    if file is not None:
+        info.gguf = gguf.describe(file, spec.name)
     if model is not None:
         info.parameters = sum(p.numel() for p in model.parameters())
         if is_diff and variant and variant.lambda_form == variants.PER_LAYER:
@@ -466,7 +502,9 @@ def load_model(
     tokenizer = load_tokenizer(spec, trust_remote_code)
     try:
         with _quiet_transformers():
-            model = AutoModelForCausalLM.from_pretrained(spec.path, **kwargs)
+            path, extra = source(spec)
+            with gguf.quiet_loader() if extra else contextlib.nullcontext():
+                model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra)
     except Exception as exc:  # truncated or mismatched weight files
         raise _load_error(spec, "its weights", exc) from None
     variant = variants.variant_of(config)

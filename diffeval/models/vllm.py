@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator
 
 from diffeval.errors import InputError
+from diffeval.models import gguf
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.loading import describe, load_config, load_tokenizer, stop_token_ids
 from diffeval.models.spec import ModelInfo, ModelSpec
@@ -97,9 +98,14 @@ class VLLMBackend:
         max_len = options.max_model_len or settings.max_model_len
         if settings.allow_overlength:  # vLLM refuses a length beyond the config's positions unless told
             os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+        model_path = spec.path
+        file = gguf.find(spec.path, spec.name)
+        if file is not None:  # vLLM's CPU build has no GGUF loader: it runs the weights dequantized once, cached
+            model_path = str(gguf.dequantized(file, spec.name))
+            info.gguf = {**(info.gguf or {}), "dequantized": model_path}
         try:
             llm = LLM(
-                model=spec.path,
+                model=model_path,
                 dtype=dtype,
                 trust_remote_code=settings.trust_remote_code,
                 tensor_parallel_size=options.tensor_parallel_size,
