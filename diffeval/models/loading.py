@@ -158,6 +158,11 @@ def load_config(spec: ModelSpec, trust_remote_code: bool = False):
             config = _from_pretrained(AutoConfig, path, trust_remote_code, **extra)
     except Exception as exc:  # a broken checkpoint raises anything from OSError to JSONDecodeError
         raise _load_error(spec, "its config", exc) from None
+    if extra and not config.architectures:  # a GGUF header names its architecture family, not the model class
+        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+        named = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type)
+        config.architectures = [named] if named else None
     variant = variants.variant_of(config)
     if variant is not None and variant.check_config:
         variant.code(variant.check_config)(spec, config)
