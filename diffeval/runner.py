@@ -60,26 +60,26 @@ def check_models(config: RunConfig) -> dict[str, dict]:
 def _prepared_chunks(task: Task, chunks: list, backend, config):
     """Yields what `evaluate` takes for each chunk. Where the task prepares chunks (needle prompts), the next chunk's
     is built in a thread while the model works on this one (tokenizers release the GIL), hiding much of that time."""
-    if task.prepare_batch is None:
+    if task.running.prepare_batch is None:
         yield from chunks
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(task.prepare_batch, chunks[0], backend, config) if chunks else None
+        pending = pool.submit(task.running.prepare_batch, chunks[0], backend, config) if chunks else None
         for i in range(len(chunks)):
             prepared = pending.result()
             if i + 1 < len(chunks):
-                pending = pool.submit(task.prepare_batch, chunks[i + 1], backend, config)
+                pending = pool.submit(task.running.prepare_batch, chunks[i + 1], backend, config)
             yield prepared
 
 
 def make_samples(task: Task, config: RunConfig) -> list:
     """The run's samples: a pure function of the config (and, for `prepare`, of the models' tokenizers)."""
     prepared = None
-    if task.prepare is not None:
+    if task.running.prepare is not None:
         settings = EngineSettings.from_config(config)
         tokenizers = {spec.name: open_tokenizer(spec, settings, config.backend) for spec in config.models}
-        prepared = task.prepare(config, tokenizers)
-    return task.make_samples(config.options, config.seed, config.limit, prepared)
+        prepared = task.running.prepare(config, tokenizers)
+    return task.running.make_samples(config.options, config.seed, config.limit, prepared)
 
 
 # A recorded rate times only samples whose prompts are within this factor of its records' size: the rate falls as
@@ -119,7 +119,7 @@ def dry_run(config: RunConfig, task: Task, folder: RunFolder) -> Group:
     for spec in config.models:
         todo = {s.sample_id for s in samples if (spec.name, s.sample_id) not in done}
         sizes, estimate = ("n/a", "n/a"), "n/a"
-        if task.sizing is None:
+        if task.running.sizing is None:
             note = "no time estimate: this task's prompts are built by lm-eval, so their size is known only as it runs"
         else:
             tokenizer = PromptTokenizer(open_tokenizer(spec, settings, config.backend), spec.name)
@@ -141,9 +141,10 @@ def _lengths(task: Task, samples: list, todo: set[str], tokenizer, config: RunCo
         groups.setdefault(getattr(sample, "ctx", None), []).append(sample)
     lengths = []
     for ctx, group in groups.items():
-        totals = task.sizing(group, tokenizer, config)
+        sizing = task.running.sizing
+        totals = sizing(group, tokenizer, config)
         left = [s for s in group if s.sample_id in todo]
-        remaining = totals if len(left) == len(group) else task.sizing(left, tokenizer, config) if left else (0, 0)
+        remaining = totals if len(left) == len(group) else sizing(left, tokenizer, config) if left else (0, 0)
         lengths.append(Length(ctx, group[0], len(group), totals, remaining))
     return lengths
 
@@ -197,11 +198,12 @@ def calibrated_rates(
     backend = make_backend(spec, settings, config.backend)
     try:
         rates = {}
+        running = task.running
         for length in lengths:
             chunk = [length.first]
-            prepared = task.prepare_batch(chunk, backend, config) if task.prepare_batch is not None else chunk
+            prepared = running.prepare_batch(chunk, backend, config) if running.prepare_batch is not None else chunk
             start = time.perf_counter()
-            records = list(task.evaluate(prepared, backend, config))
+            records = list(running.evaluate(prepared, backend, config))
             seconds = time.perf_counter() - start
             rates[length.ctx] = sum(r.prompt_tokens + r.new_tokens for r in records) / max(seconds, 1e-9)
         return rates
@@ -326,8 +328,8 @@ def check(config: RunConfig) -> dict[str, dict]:
     positions), then the task's inputs (data, judges and their checkpoints). Returns the models' infos."""
     infos = check_models(config)
     task = TASKS[config.task]
-    if task.check_inputs is not None:
-        task.check_inputs(config)
+    if task.running.check_inputs is not None:
+        task.running.check_inputs(config)
     return infos
 
 
@@ -359,7 +361,7 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
         finished = sum((spec.name, s.sample_id) in done for spec in config.models for s in samples)
         if finished:
             console.print(f"resuming: {finished:,} of {total:,} samples already done", highlight=False, soft_wrap=True)
-        if task.judge is None:
+        if task.running.judge is None:
             _evaluate_all(task, config, samples, done, folder, folder.samples_path, console)
         else:
             generated = folder.read_records(folder.generations_path).done_keys()
@@ -370,8 +372,8 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
 
 def chunks_of(task: Task, todo: list, config: RunConfig) -> list[list]:
     """A model's remaining samples in the chunks one backend call takes (the task's own, or --batch-size)."""
-    if task.batches is not None:
-        return task.batches(todo, config)
+    if task.running.batches is not None:
+        return task.running.batches(todo, config)
     return [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
 
 
@@ -436,7 +438,7 @@ def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folde
             try:
                 loaded(spec.name, backend.info.to_dict())
                 for prepared in _prepared_chunks(task, chunks_of(task, todo[spec.name], config), backend, config):
-                    for record in task.evaluate(prepared, backend, config):
+                    for record in task.running.evaluate(prepared, backend, config):
                         row = record.to_dict()
                         writer.append(row)
                         report(spec.name, row)
@@ -457,6 +459,6 @@ def _judge_all(task: Task, config: RunConfig, samples: list, done: set, folder: 
     progress = _progress(console)
     bar = progress.add_task("judge", total=len(pending), rate="")
     with folder.open_for_append() as writer, progress:
-        for record in task.judge(pending, config):
+        for record in task.running.judge(pending, config):
             writer.append(record.to_dict())
             progress.update(bar, advance=1)

@@ -42,9 +42,9 @@ class EvalWorker:
         self.backend = make_backend(spec, EngineSettings.from_config(config), config.backend)
 
     def evaluate(self, chunk: list) -> list[dict]:
-        task = self.task
-        prepared = task.prepare_batch(chunk, self.backend, self.config) if task.prepare_batch else chunk
-        return [record.to_dict() for record in task.evaluate(prepared, self.backend, self.config)]
+        running = self.task.running
+        prepared = running.prepare_batch(chunk, self.backend, self.config) if running.prepare_batch else chunk
+        return [record.to_dict() for record in running.evaluate(prepared, self.backend, self.config)]
 
     def info(self) -> dict:
         return self.backend.info.to_dict()

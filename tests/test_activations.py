@@ -100,7 +100,7 @@ def test_outlier_statistics_match_brute_force(tiny_models):
         all_hidden.extend(h.abs().flatten() for h in out.hidden_states[1:])
     backend.model.set_attn_implementation("sdpa")
     frame = pd.DataFrame.from_records(records)
-    table = outliers.tables(frame)["table5"]
+    table = outliers.tables(frame, outliers.OutliersOptions())["table5"]
     for label, values in (("attention logits", torch.cat(all_logits)), ("hidden states", torch.cat(all_hidden))):
         ordered = values.sort(descending=True).values
         for k in outliers.RANKS:

@@ -75,7 +75,7 @@ def task_runs(tmp_path_factory) -> dict[str, Path]:
 
 
 def _schema(task: str) -> dict:
-    return {**ENVELOPE_SCHEMA, **TASKS[task].record_schema}
+    return {**ENVELOPE_SCHEMA, **TASKS[task].scoring.record_schema}
 
 
 def _mistyped(kind):
@@ -168,14 +168,15 @@ def test_each_field_nulled_deleted_or_mistyped_is_skipped_as_damaged_everywhere(
 def test_each_schema_declares_what_the_tables_pairing_and_gates_read(task):
     """The columns a task names in its declaration (summary, pairing, clusters, gate metrics, listing) are in its
     schema, with the fields its scoring reads."""
-    spec = TASKS[task]
-    named = [*spec.summary_keys, *(spec.pair_keys or ()), *(spec.cluster_keys or ()), spec.summary_value]
-    named += list(spec.metrics.values())
-    if spec.sample_view is not None:  # the viewer's list and comparison show these beside the task's view
-        named += [c for c in (spec.listing.answer, spec.listing.expected, spec.listing.outcome) if c is not None]
+    reporting, viewing = TASKS[task].reporting, TASKS[task].viewing
+    named = [*reporting.summary_keys, *(reporting.pair_keys or ()), *(reporting.cluster_keys or ())]
+    named += [reporting.summary_value, *reporting.metrics.values()]
+    if viewing.sample_view is not None:  # the viewer's list and comparison show these beside the task's view
+        listing = viewing.listing
+        named += [c for c in (listing.answer, listing.expected, listing.outcome) if c is not None]
     assert set(named) <= set(_schema(task))
     if task == "needle":  # the issue's case: rescoring reads the output against the expected numbers
-        assert {"output", "expected", "numbers"} <= set(spec.record_schema)
+        assert {"output", "expected", "numbers"} <= set(TASKS[task].scoring.record_schema)
 
 
 def test_an_output_of_null_is_one_damaged_line_through_the_command_line(tmp_path):

@@ -333,7 +333,7 @@ def test_every_task_that_sizes_a_run_dry_runs_in_a_suite(tiny_models, tmp_path):
         "run", "suite", "ci-smoke", *pair_options(tiny_models), "--out", str(out), "--dry-run", "--tokens-per-s", "1e3"
     )
     assert result.returncode == 0, result.stderr
-    sized = [name for name, task in TASKS.items() if task.sizing is not None]
+    sized = [name for name, task in TASKS.items() if task.running.sizing is not None]
     titles = [line.strip() for line in result.stdout.splitlines() if "dry run into" in line]
     assert [title.split(":")[0] for title in titles] == ["needle", "attention", "icl", "hallucination"]
     assert set(title.split(":")[0] for title in titles) <= set(sized)

@@ -447,7 +447,7 @@ def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(ser
     assert records[1]["score"] == 0.0 and records[1]["verdict"] is None
     second = f"openai-compatible:{server.url}#second"
     assert [r["other_verdicts"] for r in records] == [{second: True}, {second: None}, {second: False}]
-    tables = hallucination.tables(pd.DataFrame(records))
+    tables = hallucination.tables(pd.DataFrame(records), hallucination.HallucinationOptions())
     judges = tables["judges"]
     assert list(judges.index) == ["overlap@0.25", second] and judges.loc[second, "both judged"] == 2
     assert {"kappa", "kappa_low", "kappa_high", "accuracy m"} <= set(judges.columns)

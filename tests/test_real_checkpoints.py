@@ -98,7 +98,7 @@ def test_attention_answer_rows_and_judge_verdicts_are_tokenized_after_their_prom
     backend = Recording(backends[f"diff-{tokenizer}"])
     config = build_config("attention", {}, {"models": ["a/b"], "ctx": "1k", "depths": "50", "samples": 1,
                                             "rows": "answer"})  # fmt: skip
-    [sample] = attention.TASK.make_samples(config.options, config.seed, None, None)
+    [sample] = attention.TASK.running.make_samples(config.options, config.seed, None, None)
     attention.evaluate([sample], backend, config)
     [(ids, rows)] = backend.attended
     prompt, _ = needle.fitted_prompt(sample, backend, config)

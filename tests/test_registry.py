@@ -26,9 +26,9 @@ def run_with_plugin(*args: str) -> subprocess.CompletedProcess:
 
 def test_every_task_declares_the_contract():
     for name, task in TASKS.items():
-        assert task.name == name and task.help and task.note and task.titles
-        assert task.needs <= set(backend_module.CAPABILITIES)
-        assert set(task.metrics) and task.summary_keys[0] == "model"
+        assert task.name == name and task.help and task.reporting.note and task.reporting.titles
+        assert task.running.needs <= set(backend_module.CAPABILITIES)
+        assert set(task.reporting.metrics) and task.reporting.summary_keys[0] == "model"
 
 
 def test_a_plugin_task_runs_through_the_cli(tiny_models, tmp_path):
@@ -40,9 +40,20 @@ def test_a_plugin_task_runs_through_the_cli(tiny_models, tmp_path):
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert [(r["task"], r["model"]) for r in records] == [("echo", "m")] * 2
     assert {"prompt_tokens", "new_tokens", "seconds", "sample_id", "output"} <= set(records[0])
-    assert "Echo probe: share of non-empty outputs" in (out / "table.md").read_text()
+    table = (out / "table.md").read_text()
+    assert "Echo probe: share of non-empty outputs" in table
+    assert "Number: non-empty" in table  # the run's --prefix, handed to the task's tables from run.json
     # and it is gone without the plugin: nothing in diffeval names it
     assert "echo" not in TASKS
+
+
+def test_a_plugin_task_declares_its_context_budget(tiny_models, tmp_path):
+    """The budget check is the task's: echo's 4 answer tokens and 16 prompt tokens, refused in one line."""
+    out = tmp_path / "echo"
+    result = run_with_plugin("run", "echo", "-m", f"m={tiny_models['base_a']}", "--ctx", "19", "--out", str(out))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == ["error: context 19 leaves no room for a prompt: use at least 20"]
+    assert not out.exists()
 
 
 def test_a_plugin_engine_runs_a_task_it_can_serve(tiny_models, tmp_path):
@@ -103,10 +114,10 @@ def test_capability_check_in_process(monkeypatch):
     monkeypatch.setitem(
         backend_module.BACKENDS, "gen-only", Engine("gen-only", "nowhere:Nothing", frozenset({"generate"}))
     )
-    check_backend("needle", TASKS["needle"].needs, "gen-only")
+    check_backend("needle", TASKS["needle"].running.needs, "gen-only")
     with pytest.raises(
         InputError, match="task outliers needs torch_module, which backend gen-only lacks: run it with --backend hf"
     ):
-        check_backend("outliers", TASKS["outliers"].needs, "gen-only")
+        check_backend("outliers", TASKS["outliers"].running.needs, "gen-only")
     with pytest.raises(InputError, match="unknown --backend 'nope'"):
-        check_backend("needle", TASKS["needle"].needs, "nope")
+        check_backend("needle", TASKS["needle"].running.needs, "nope")

@@ -172,6 +172,21 @@ def test_every_layout(runs, tmp_path):
     assert (tmp_path / "out" / "hallucination" / "hallucination.png").is_file()
 
 
+def test_tables_read_the_runs_own_options_and_older_folders_take_todays_defaults(tmp_path):
+    """needle's effective length is over the run's --base-lengths, handed to its tables from run.json; a folder whose
+    run.json predates the option reports with today's default (the lengths run at or below 1K)."""
+    given = _folder(tmp_path, "given", "needle", needle_records())
+    run = json.loads((given / "run.json").read_text())
+    run["config"]["options"] = {"base_lengths": [8192]}
+    (given / "run.json").write_text(json.dumps(run))
+    older = _folder(tmp_path, "older", "needle", needle_records())
+    [given_report, older_report] = build_report([RunFolder(given), RunFolder(older)], ["md"], out=tmp_path / "out")
+    assert given_report.tables["effective_length"].loc["diff", "base lengths"] == "8K"
+    assert older_report.tables["effective_length"].loc["diff", "effective length"] == (
+        "undefined: no records at the base lengths (up to 1K)"
+    )
+
+
 def test_proxy_table_has_no_paper_rows(tmp_path):
     folder = _folder(tmp_path, "proxy", "hallucination", hallucination_records("proxy"))
     [report] = build_report([RunFolder(folder)], ["md"], paper=True)

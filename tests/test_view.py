@@ -77,7 +77,7 @@ def test_outcome_is_right_or_wrong_only_where_a_record_says_so():
 
 def test_paper_rows_list_nothing():
     view = open_run(0, TOY_PAIR)
-    view.tables = view.loaded.task.tables(view.loaded.frame, paper=True)
+    view.tables = view.loaded.task.reporting.tables(view.loaded.frame, view.loaded.options, paper=True)
     table2 = next(t for t in summary(view)["tables"] if t["key"] == "table2")
     assert [row["cells"][0] is None for row in table2["rows"]] == [False, False, True, True]
 
@@ -261,9 +261,10 @@ def test_the_viewer_script_names_no_task_and_no_task_field(task_runs, monkeypatc
     names = {task.name for task in tasks}
     fields = set()
     for task in tasks:
-        fields |= {*task.summary_keys, *(task.pair_keys or ()), *task.metrics.values(), task.summary_value}
-        fields |= {c for c in (task.listing.answer, task.listing.expected, task.listing.outcome) if c}
-        fields |= set(task.cluster_keys or ())
+        reporting, listing = task.reporting, task.viewing.listing
+        fields |= {*reporting.summary_keys, *(reporting.pair_keys or ()), *reporting.metrics.values()}
+        fields |= {reporting.summary_value, *(reporting.cluster_keys or ())}
+        fields |= {c for c in (listing.answer, listing.expected, listing.outcome) if c}
     for folder in task_runs.values():
         fields |= set(_records(folder).columns)
     envelope = {f.name for f in dataclasses.fields(Record) if f.name != "fields"}  # every task's records hold these

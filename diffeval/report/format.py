@@ -36,7 +36,7 @@ class NumberFormats:
 
     @classmethod
     def of(cls, task: Task) -> NumberFormats:
-        return cls(dict(task.decimals), task.summary_value)
+        return cls(dict(task.reporting.decimals), task.reporting.summary_value)
 
     def decimals(self, key: str, column: str) -> int:
         kind = key.partition(":")[0]

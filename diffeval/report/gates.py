@@ -38,8 +38,8 @@ def parse_threshold(text: str) -> Threshold:
     if not match:
         raise InputError(f"bad --fail-under {text!r}: use TASK.METRIC@MODEL=VALUE, e.g. needle.accuracy@diff=0.8")
     gate = Threshold(match["task"], match["metric"], match["model"], float(match["value"]))
-    if gate.task not in TASKS or gate.metric not in TASKS[gate.task].metrics:
-        known = ", ".join(f"{name}.{m}" for name, task in TASKS.items() for m in task.metrics)
+    if gate.task not in TASKS or gate.metric not in TASKS[gate.task].reporting.metrics:
+        known = ", ".join(f"{name}.{m}" for name, task in TASKS.items() for m in task.reporting.metrics)
         raise InputError(f"unknown metric {gate.task}.{gate.metric} in --fail-under: use one of {known}")
     return gate
 
@@ -81,7 +81,7 @@ def metric_values(runs: list[tuple[str, pd.DataFrame]]) -> dict[tuple[str, str, 
     """(task, metric, model) → per-sample values indexed by sample_id."""
     values = {}
     for task, frame in runs:
-        for metric, column in TASKS[task].metrics.items():
+        for metric, column in TASKS[task].reporting.metrics.items():
             if column not in frame:
                 continue
             scored = frame.dropna(subset=[column])
@@ -114,7 +114,7 @@ def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: 
     rows = []
     for key in sorted(set(before) & set(after)):
         shared = before[key].index.intersection(after[key].index)
-        keys = TASKS[key[0]].cluster_keys
+        keys = TASKS[key[0]].reporting.cluster_keys
         labels = cluster_labels(samples[key[0]].loc[shared], keys) if len(shared) else None
         if labels is not None:
             result = paired_difference(before[key][shared], after[key][shared], clusters=labels)
@@ -142,8 +142,9 @@ def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: 
         )
     if warn is not None:
         for task in sorted(unclustered):
+            columns = ", ".join(TASKS[task].reporting.cluster_keys)
             warn(
-                f"note: {task} records lack {', '.join(TASKS[task].cluster_keys)}: compare counts every sample as "
+                f"note: {task} records lack {columns}: compare counts every sample as "
                 "independent (McNemar/Wilcoxon), which overstates significance"
             )
     return pd.DataFrame(rows)

@@ -10,6 +10,7 @@ import base64
 import html
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -63,6 +64,7 @@ class LoadedRun:
     frame: pd.DataFrame  # one row per (model, sample_id)
     damaged: int
     duplicates: int
+    options: Any  # the task's options as run.json stored them (`Task.stored_options`), handed to its tables
     scoring: str | None = None  # the scoring rule the frame's scores follow, for a task that has several
     first_damage: str | None = None  # where and why the first damaged line is damaged
 
@@ -70,11 +72,12 @@ class LoadedRun:
 def scoring_rule(task: Task, scoring: str | None) -> str | None:
     """The rule a task's records are scored by: `scoring`, or the task's first (run-time) rule; None for a task with
     one way to score. One line for a rule the task does not know."""
-    if not task.scoring_rules:
+    rules = task.scoring.rules
+    if not rules:
         return None
-    rule = scoring or next(iter(task.scoring_rules))
-    if rule not in task.scoring_rules:
-        raise InputError(f"--scoring {rule!r}: task {task.name} scores by {', '.join(task.scoring_rules)}")
+    rule = scoring or next(iter(rules))
+    if rule not in rules:
+        raise InputError(f"--scoring {rule!r}: task {task.name} scores by {', '.join(rules)}")
     return rule
 
 
@@ -89,16 +92,17 @@ def load_records(folder: RunFolder, allow_empty: bool = False, scoring: str | No
     if name not in TASKS:
         raise InputError(f"{folder.path} holds a run of unknown task {name!r}: known tasks are {', '.join(TASKS)}")
     task = TASKS[name]
-    records = folder.read_records(schema=task.record_schema)  # rows the task's readers cannot read count as damaged
+    # rows the task's readers cannot read count as damaged
+    records = folder.read_records(schema=task.scoring.record_schema)
     if not records.rows and not allow_empty:
         damaged = f" ({records.damaged} damaged line(s); first: {records.first_damage})" if records.damaged else ""
         raise InputError(f"{folder.path} has no finished samples yet{damaged}: run the task first, then report")
     frame = pd.DataFrame.from_records(records.rows)
     rule = scoring_rule(task, scoring)
     if rule is not None and not frame.empty:
-        frame = task.rescore(frame, rule)
-    frame.attrs["options"] = run["config"].get("options", {})  # report-time settings a task reads (base lengths)
-    return LoadedRun(run, task, frame, records.damaged, records.duplicates, rule, records.first_damage)
+        frame = task.scoring.rescore(frame, rule)
+    options = task.stored_options(run["config"].get("options") or {})
+    return LoadedRun(run, task, frame, records.damaged, records.duplicates, options, rule, records.first_damage)
 
 
 def check_scoring(folders: list[RunFolder], scoring: str | None) -> None:
@@ -106,7 +110,7 @@ def check_scoring(folders: list[RunFolder], scoring: str | None) -> None:
     if scoring is None:
         return
     names = {run["config"]["task"] for f in folders if (run := f.read_run())}
-    ruled = [TASKS[name] for name in names if name in TASKS and TASKS[name].scoring_rules]
+    ruled = [TASKS[name] for name in names if name in TASKS and TASKS[name].scoring.rules]
     if not ruled:
         raise InputError(f"--scoring {scoring!r}: none of these runs' tasks has scoring rules (needle has)")
     for task in ruled:
@@ -119,14 +123,15 @@ def report_run(
     """Write one run's summary.csv, tables and plots into `target` (the run folder itself by default)."""
     loaded = load_records(folder, scoring=scoring)
     task, frame = loaded.task, loaded.frame
-    note, titles = task.note, dict(task.titles)
+    reporting = task.reporting
+    note, titles = reporting.note, dict(reporting.titles)
     if loaded.scoring is not None:  # every table names the rule that scored it
-        note += f". Scoring rule {loaded.scoring!r}: {task.scoring_rules[loaded.scoring]}"
+        note += f". Scoring rule {loaded.scoring!r}: {task.scoring.rules[loaded.scoring]}"
         titles = {key: f"{value} [scoring: {loaded.scoring}]" for key, value in titles.items()}
     target.mkdir(parents=True, exist_ok=True)
-    summary = summarize(frame, task.summary_keys, task.summary_value)
+    summary = summarize(frame, reporting.summary_keys, reporting.summary_value)
     summary.to_csv(target / "summary.csv", index=False)
-    tables = task.tables(frame, paper=paper)
+    tables = reporting.tables(frame, loaded.options, paper=paper)
     paired = paired_table(loaded.run, frame, task)
     if not paired.empty:
         tables["paired"] = paired
@@ -146,8 +151,8 @@ def report_run(
         report.written.append(_write(target / "table.tex", latex_document(tables, note, titles, numbers)))
     # a run in which nothing could be scored (every verdict unparsed, every prompt over budget) has counts and
     # tables, but nothing to draw
-    scored = task.summary_value in frame and frame[task.summary_value].notna().any()
-    report.plots = task.plots(frame, target) if task.plots is not None and scored else []
+    scored = reporting.summary_value in frame and frame[reporting.summary_value].notna().any()
+    report.plots = reporting.plots(frame, target) if reporting.plots is not None and scored else []
     report.written.extend(report.plots)
     return report
 
@@ -178,8 +183,8 @@ def sample_pairs(run: dict, frame: pd.DataFrame, task: Task) -> list[tuple[str, 
     """Every DIFF model with every baseline, then every DIFF V2 model with every V1 model (V1 in the baseline's
     place), joined on the samples both scored: the pairing of the paired statistics and of `diffeval view`'s
     "DIFF right, baseline wrong" filters. None for a task without sample-level pairs."""
-    value = task.summary_value
-    if task.pair_keys is None:
+    value = task.reporting.summary_value
+    if task.reporting.pair_keys is None:
         return []
     models = run.get("models", {})
     present = [m for m in frame["model"].unique() if m in models]
@@ -200,11 +205,11 @@ def sample_pairs(run: dict, frame: pd.DataFrame, task: Task) -> list[tuple[str, 
 def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
     """Every pair of `sample_pairs` (DIFF vs baseline, V2 vs V1) on the samples both scored, per the task's pairing
     cells and overall."""
-    value = task.summary_value
-    keys = list(task.pair_keys or ())
+    value = task.reporting.summary_value
+    keys = list(task.reporting.pair_keys or ())
     rows, cells, pooled = [], [], False
     for diff, base, joined in sample_pairs(run, frame, task):
-        labels = cluster_labels(joined, task.cluster_keys)
+        labels = cluster_labels(joined, task.reporting.cluster_keys)
         pooled |= labels is None
         groups = [(("all",) * len(keys), joined)] + list(joined.groupby(keys, sort=False))
         for cell, group in groups:
@@ -224,9 +229,9 @@ def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
 
 def paired_note(task: Task, table: pd.DataFrame, pooled: bool) -> str:
     """What the paired table's rows of a clustered task resampled, or why they could not; "" for other tasks."""
-    if not task.cluster_keys:
+    if not task.reporting.cluster_keys:
         return ""
-    keys = " and ".join(task.cluster_keys)
+    keys = " and ".join(task.reporting.cluster_keys)
     notes = []
     if "clusters" in table:
         notes.append(

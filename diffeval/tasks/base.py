@@ -1,18 +1,20 @@
 """The task contract: one object per task family holds everything the runner, the CLI and the reports need.
 
 A task module builds its samples (pure, seeded), asks a backend for what it declares in `needs`, scores, and
-returns `Record`s; it owns its tables and plots. The runner calls only the fields declared here: there is no
-optional attribute looked up by name.
+returns `Record`s; it owns its tables and plots. A `Task` names its command (name, help line, options, run options)
+and four groups of declared fields: what it runs (`Running`), how it reports (`Reporting`), how a sample is shown
+(`Viewing`) and how its records are scored (`Scoring`). The runner, reports and viewer call only the fields declared
+here: there is no optional attribute looked up by name.
 """
 
 from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from diffeval.config import RunConfig, assemble
+from diffeval.config import RunConfig, assemble, field_default
 from diffeval.errors import InputError
 from diffeval.models.backend import check_backend, default_batch_size, engine_options
 from diffeval.models.spec import parse_models
@@ -20,22 +22,32 @@ from diffeval.tasks.blocks import Document, Listing
 
 
 @dataclass(frozen=True)
-class Task:
-    name: str
-    help: str  # one line for `diffeval run NAME --help`
-    options: type  # dataclass of `config.option` fields, with validate(); its fields become CLI options
+class ContextBudget:
+    """What each of a run's context lengths must hold: the tokens a sample reserves for its answer, and the least
+    prompt the task can build. A length below their sum is refused before any work."""
+
+    lengths: list[int]  # the run's context lengths (its --ctx)
+    answer: int  # tokens each sample reserves for what the model generates
+    least_prompt: int  # the fewest prompt tokens a sample can be fitted into
+
+    def check(self) -> None:
+        least = self.answer + self.least_prompt
+        for ctx in self.lengths:
+            if ctx < least:
+                raise InputError(f"context {ctx} leaves no room for a prompt: use at least {least}")
+
+
+@dataclass(frozen=True)
+class Running:
+    """What a task runs, in the order the runner calls it: check the budget and inputs, prepare, make samples, chunk
+    them, prepare each chunk, evaluate it, and judge."""
+
     make_samples: Callable[..., list]  # (options, seed, limit, prepared) → samples, each with a unique .sample_id
     evaluate: Callable[..., Iterable]  # (batch, backend, config) → Records, yielded as each sample finishes
-    tables: Callable[..., dict]  # (records DataFrame, paper: bool) → {key: DataFrame}
-    titles: dict[str, str]  # table key (before any ":model" suffix) → title
-    note: str  # how the metrics are defined, printed above the tables
-    summary_keys: list[str]  # cells of summary.csv
-    pair_keys: list[str] | None  # cells of the paired DIFF − baseline statistics; None: no sample-level pairs
-    metrics: dict[str, str]  # gate/compare metric name → record column (mean over a model's scored samples)
-    summary_value: str = "score"  # the record column summary.csv and the paired statistics describe
     needs: frozenset[str] = frozenset({"generate"})  # backend capabilities (models/backend.py CAPABILITIES)
-    run_options: tuple[str, ...] = ()  # RunConfig options this task's command shows besides the common ones
-    plots: Callable[..., list] | None = None  # (records, folder) → written PNG paths
+    # (config) → the `ContextBudget` its options need, checked when the config is built; None: the task fits any
+    # length itself (a sample over its budget is recorded as such, or the length is a sequence, not a prompt)
+    budget: Callable[[RunConfig], ContextBudget] | None = None
     check_inputs: Callable[[RunConfig], None] | None = None  # fail before any work on unreadable data
     prepare: Callable[..., Any] | None = None  # (config, {model: Tokenizer}) → handed to make_samples as `prepared`
     batches: Callable[..., list] | None = None  # (todo, config) → chunks; default: --batch-size samples per chunk
@@ -47,10 +59,40 @@ class Task:
     # cheap on long runs (needle fits one prompt per length, not every one). None where the task cannot know (lm-eval
     # builds its own prompts)
     sizing: Callable[..., tuple[int, int]] | None = None
-    # named scoring rules (name → what it counts; the first is the run's) and (records, rule) → the records rescored
-    # from their stored outputs, for `report --scoring`; None: the task has one way to score
-    scoring_rules: dict[str, str] | None = None
-    rescore: Callable[..., Any] | None = None
+    # (generation rows, config) → Records: a second stage, run once every model has generated and its engine is
+    # freed, so a local judge has the device to itself. With it, `evaluate`'s records are generations: they wait in
+    # generations.jsonl, and only judged records reach samples.jsonl.
+    judge: Callable[..., Iterable] | None = None
+
+
+@dataclass(frozen=True)
+class Reporting:
+    """How a task reports: its tables and plots, their titles and note, and what summary.csv, the paired statistics
+    and the gates read from its records."""
+
+    # (records DataFrame, options, paper: bool) → {key: DataFrame}; options: the run's task options as run.json
+    # stored them (`stored_options`), so a report reads the run's own settings (needle's base lengths)
+    tables: Callable[..., dict]
+    titles: dict[str, str]  # table key (before any ":model" suffix) → title
+    note: str  # how the metrics are defined, printed above the tables
+    summary_keys: list[str]  # cells of summary.csv
+    pair_keys: list[str] | None  # cells of the paired DIFF − baseline statistics; None: no sample-level pairs
+    metrics: dict[str, str]  # gate/compare metric name → record column (mean over a model's scored samples)
+    summary_value: str = "score"  # the record column summary.csv and the paired statistics describe
+    # record columns that identify a cluster of dependent samples (an ICL test query under several orders and
+    # draws); the paired statistics and `compare` resample whole clusters. None: every sample is independent.
+    cluster_keys: list[str] | None = None
+    # decimals of numbers that are not the default `blocks.DECIMALS`, by table column or table key (before any
+    # ":model"), in every table output and the viewer: e.g. {"table1": 1} for percentages, {"degenerate": 0} for a
+    # count column that paper rows turned into floats. The paired table follows `summary_value`'s entry.
+    decimals: dict[str, int] = field(default_factory=dict)
+    plots: Callable[..., list] | None = None  # (records, folder) → written PNG paths
+
+
+@dataclass(frozen=True)
+class Viewing:
+    """How `diffeval view` shows one sample of the task."""
+
     # (config, {model: record} of one sample, tokenizer_for(model), full_text) → a `blocks.Document`: what `diffeval
     # view` shows of the sample below its records (a needle prompt's text, an ICL order's labels, a hallucination
     # document), from the records and what the run's config rebuilds (samples are pure and seeded). full_text: True
@@ -58,21 +100,38 @@ class Task:
     sample_view: Callable[..., Document] | None = None
     # the record columns the viewer's sample list and comparison show (answer, expected, outcome)
     listing: Listing = Listing()
-    # decimals of numbers that are not the default `blocks.DECIMALS`, by table column or table key (before any
-    # ":model"), in every table output and the viewer: e.g. {"table1": 1} for percentages, {"degenerate": 0} for a
-    # count column that paper rows turned into floats. The paired table follows `summary_value`'s entry.
-    decimals: dict[str, int] = field(default_factory=dict)
-    # (generation rows, config) → Records: a second stage, run once every model has generated and its engine is
-    # freed, so a local judge has the device to itself. With it, `evaluate`'s records are generations: they wait in
-    # generations.jsonl, and only judged records reach samples.jsonl.
-    judge: Callable[..., Iterable] | None = None
-    # record columns that identify a cluster of dependent samples (an ICL test query under several orders and
-    # draws); the paired statistics and `compare` resample whole clusters. None: every sample is independent.
-    cluster_keys: list[str] | None = None
+
+
+@dataclass(frozen=True)
+class Scoring:
+    """How a task's records are read and scored again."""
+
     # the record fields this task's readers (tables, rescoring, plots, pairing, gates, views) need, with their JSON
     # kinds (records.py: `str`, `float | None`, `list[str]`, `MayBeAbsent(int)`, ...): `report`, `compare` and `view`
     # count a row that lacks one or holds another type as damaged, and skip it. Besides model and sample_id.
     record_schema: dict[str, Any] = field(default_factory=dict)
+    # named scoring rules (name → what it counts; the first is the run's) and (records, rule) → the records rescored
+    # from their stored outputs, for `report --scoring`; None: the task has one way to score
+    rules: dict[str, str] | None = None
+    rescore: Callable[..., Any] | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    help: str  # one line for `diffeval run NAME --help`
+    options: type  # dataclass of `config.option` fields, with validate(); its fields become CLI options
+    running: Running
+    reporting: Reporting
+    viewing: Viewing = Viewing()
+    scoring: Scoring = Scoring()
+    run_options: tuple[str, ...] = ()  # RunConfig options this task's command shows besides the common ones
+
+    def stored_options(self, stored: dict[str, Any]) -> Any:
+        """The task's options as a run.json stored them (`config.options`), for the task's readers: an option an
+        older folder lacks takes today's default, one this version no longer has is dropped. Not validated: a
+        report reads a finished run, whose data paths and judges need not exist where it is read."""
+        return self.options(**{f.name: stored.get(f.name, field_default(f)) for f in fields(self.options)})
 
 
 def with_cells(table, rows, columns, common: dict | None = None):
@@ -118,7 +177,9 @@ def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], fl
     task = tasks[name]
     values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
     config = assemble(name, task.options, parse_models(values.pop("models", None)), values, engine_options())
-    check_backend(name, task.needs, config.backend)
+    if task.running.budget is not None:
+        task.running.budget(config).check()
+    check_backend(name, task.running.needs, config.backend)
     if config.batch_size is None:
         config = replace(config, batch_size=default_batch_size(config.backend))
     return config

@@ -32,7 +32,7 @@ from diffeval.models.backend import Backend, Tokenizer
 from diffeval.models.tokenizer import encode_choices_in_context
 from diffeval.paper import FIGURE7_TREC
 from diffeval.records import MayBeAbsent, Record, sample_id
-from diffeval.tasks.base import Listing, Task, with_cells
+from diffeval.tasks.base import Listing, Reporting, Running, Scoring, Task, Viewing, with_cells
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -338,7 +338,7 @@ def order_statistics(records: pd.DataFrame) -> pd.DataFrame:
     return stats.round(4).reset_index()
 
 
-def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, options: IclOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     scored = _scored(records)
     out = {}
     accuracy = scored.pivot_table(
@@ -478,31 +478,38 @@ TASK = Task(
     name="icl",
     help="Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
     options=IclOptions,
-    make_samples=make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={
-        "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
-        "icl_orders": "ICL accuracy across orders of the same demonstrations",
-        "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
-        "over_budget": "Runs over the context budget (not scored)",
-    },
-    note=(
-        "accuracy = fraction of test queries whose highest-likelihood label is the gold label; margin = best - worst "
-        "accuracy (points) over the orders of the same demonstrations; over-budget runs are excluded and counted"
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"score"}),
+        # no budget: a run whose prompt does not fit its length is recorded as over budget, per model
+        check_inputs=check_inputs,
+        prepare=prepare,
+        batches=batches,
+        sizing=sizing,
     ),
-    summary_keys=SUMMARY_KEYS,
-    pair_keys=["dataset", "shots"],
-    metrics={"accuracy": "score"},
-    needs=frozenset({"score"}),
-    plots=plots,
-    check_inputs=check_inputs,
-    prepare=prepare,
-    batches=batches,
-    sizing=sizing,
-    sample_view=sample_view,
-    listing=Listing(answer="predicted_label", expected="gold_label", outcome="correct"),
-    decimals={"margin": 1, "figure7_margins": 1},  # margins are in points
-    cluster_keys=["dataset", "test_id"],  # a test query is asked under every order, draw and shot count
-    record_schema=RECORD_SCHEMA,
+    reporting=Reporting(
+        tables=tables,
+        titles={
+            "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
+            "icl_orders": "ICL accuracy across orders of the same demonstrations",
+            "figure7_margins": "Figure 7 layout: best - worst accuracy margin over orders (points)",
+            "over_budget": "Runs over the context budget (not scored)",
+        },
+        note=(
+            "accuracy = fraction of test queries whose highest-likelihood label is the gold label; margin = best - "
+            "worst accuracy (points) over the orders of the same demonstrations; over-budget runs are excluded and "
+            "counted"
+        ),
+        summary_keys=SUMMARY_KEYS,
+        pair_keys=["dataset", "shots"],
+        metrics={"accuracy": "score"},
+        cluster_keys=["dataset", "test_id"],  # a test query is asked under every order, draw and shot count
+        decimals={"margin": 1, "figure7_margins": 1},  # margins are in points
+        plots=plots,
+    ),
+    viewing=Viewing(
+        sample_view=sample_view, listing=Listing(answer="predicted_label", expected="gold_label", outcome="correct")
+    ),
+    scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

@@ -23,7 +23,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 from diffeval.paper import TABLE5
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task, with_cells
+from diffeval.tasks.base import Reporting, Running, Scoring, Task, with_cells
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -157,7 +157,7 @@ def _row(tops: list[float], hist: list[int]) -> dict:
     return row
 
 
-def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, options: OutliersOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     import pandas as pd
 
     from diffeval.models.activations import histogram_median
@@ -202,25 +202,30 @@ TASK = Task(
     name="outliers",
     help="Largest attention logits and hidden states over a token budget (paper Table 5).",
     options=OutliersOptions,
-    make_samples=make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={
-        "table5": "Table 5 layout: largest |activation| values and the median",
-        "outliers_per_layer": "Largest |activation| and median per layer",
-        "outlier_tokens": "Tokens analysed per model",
-    },
-    note=(
-        "largest |values| over all sequences; attention logits = QK^T/sqrt(d) at every causal position of every head "
-        "(DIFF: both maps); hidden states = every layer's output; median from a log-spaced histogram "
-        "(rel. error <= 0.28 %)"
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"torch_module"}),
+        # no budget: a length is a sequence of haystack tokens, with no prompt to fit and nothing generated
+        check_inputs=check_inputs,
+        sizing=lambda samples, tokenizer, config: (sum(s.seq_len for s in samples), 0),
     ),
-    summary_keys=["model"],
-    pair_keys=None,  # each model cuts its own token sequences: no sample-level pairs
-    metrics={"max_attention_logit": "max_attention_logit", "max_hidden_state": "max_hidden_state"},
-    summary_value="max_attention_logit",
-    needs=frozenset({"torch_module"}),
-    check_inputs=check_inputs,
-    sizing=lambda samples, tokenizer, config: (sum(s.seq_len for s in samples), 0),
-    record_schema=RECORD_SCHEMA,
+    reporting=Reporting(
+        tables=tables,
+        titles={
+            "table5": "Table 5 layout: largest |activation| values and the median",
+            "outliers_per_layer": "Largest |activation| and median per layer",
+            "outlier_tokens": "Tokens analysed per model",
+        },
+        note=(
+            "largest |values| over all sequences; attention logits = QK^T/sqrt(d) at every causal position of every "
+            "head (DIFF: both maps); hidden states = every layer's output; median from a log-spaced histogram "
+            "(rel. error <= 0.28 %)"
+        ),
+        summary_keys=["model"],
+        pair_keys=None,  # each model cuts its own token sequences: no sample-level pairs
+        metrics={"max_attention_logit": "max_attention_logit", "max_hidden_state": "max_hidden_state"},
+        summary_value="max_attention_logit",
+    ),
+    scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

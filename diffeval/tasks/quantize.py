@@ -20,7 +20,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 from diffeval.models.lmeval import LmEvalOptions, check_lm_tasks, evaluate_tasks
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task, with_cells
+from diffeval.tasks.base import Reporting, Running, Scoring, Task, with_cells
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -89,7 +89,7 @@ def evaluate(batch: list[Setting], backend: Backend, config) -> list[Record]:
     return records
 
 
-def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, options: QuantizeOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     out = {}
     for metric in ("acc_norm", "acc"):
         table = records.pivot_table(
@@ -127,23 +127,28 @@ TASK = Task(
     name="quantize",
     help="Zero-shot accuracy with attention logits quantized to b bits, via lm-eval (paper Figure 8).",
     options=QuantizeOptions,
-    make_samples=make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={
-        "figure8_acc_norm": "Figure 8: zero-shot acc_norm by attention-logit bits (16 = unquantized)",
-        "figure8_acc": "Figure 8: zero-shot acc by attention-logit bits (16 = unquantized)",
-    },
-    note=(
-        "zero-shot lm-eval accuracy with attention logits quantized (dynamic absmax) to b bits; 16 = unquantized; "
-        "one value per model, task and bit width (the mean over the task's documents)"
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"torch_module"}),
+        # no budget: --ctx is lm-eval's max_length, and lm-eval fits its own prompts to it
+        check_inputs=check_lm_tasks,
     ),
-    summary_keys=["model", "lm_task", "bits"],
-    pair_keys=None,  # one aggregate per setting, no per-sample pairs
-    metrics={"acc_norm": "acc_norm", "acc": "acc"},
-    summary_value="acc_norm",
-    needs=frozenset({"torch_module"}),
-    check_inputs=check_lm_tasks,
-    plots=plots,
-    record_schema=RECORD_SCHEMA,
+    reporting=Reporting(
+        tables=tables,
+        titles={
+            "figure8_acc_norm": "Figure 8: zero-shot acc_norm by attention-logit bits (16 = unquantized)",
+            "figure8_acc": "Figure 8: zero-shot acc by attention-logit bits (16 = unquantized)",
+        },
+        note=(
+            "zero-shot lm-eval accuracy with attention logits quantized (dynamic absmax) to b bits; 16 = "
+            "unquantized; one value per model, task and bit width (the mean over the task's documents)"
+        ),
+        summary_keys=["model", "lm_task", "bits"],
+        pair_keys=None,  # one aggregate per setting, no per-sample pairs
+        metrics={"acc_norm": "acc_norm", "acc": "acc"},
+        summary_value="acc_norm",
+        plots=plots,
+    ),
+    scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

@@ -11,7 +11,7 @@ from diffeval.models.backend import Backend
 from diffeval.models.lmeval import LmEvalOptions, check_lm_tasks, evaluate_tasks, headline_metric
 from diffeval.paper import TABLE1
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Task, with_cells, with_rows
+from diffeval.tasks.base import Reporting, Running, Scoring, Task, with_cells, with_rows
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -64,7 +64,7 @@ def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[Record]:
     return records
 
 
-def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
+def tables(records: pd.DataFrame, options: ZeroshotOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     import pandas as pd
 
     table = records.pivot_table(index="model", columns="lm_task", values="accuracy", aggfunc="mean", sort=False) * 100
@@ -84,17 +84,22 @@ TASK = Task(
     name="zeroshot",
     help="Zero-shot lm-eval benchmarks in the paper's Table 1 layout.",
     options=ZeroshotOptions,
-    make_samples=make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={"table1": "Table 1 layout: zero-shot accuracy (%)"},
-    note="zero-shot lm-eval accuracy (%): acc_norm where the task reports it, else acc; average over the tasks",
-    summary_keys=["model", "lm_task"],
-    pair_keys=None,  # one aggregate per setting, no per-sample pairs
-    metrics={"accuracy": "accuracy"},
-    summary_value="accuracy",
-    needs=frozenset({"torch_module"}),
-    check_inputs=check_lm_tasks,
-    decimals={"table1": 1},  # percentages, as the paper prints them
-    record_schema=RECORD_SCHEMA,
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"torch_module"}),
+        # no budget: --ctx is lm-eval's max_length, and lm-eval fits its own prompts to it
+        check_inputs=check_lm_tasks,
+    ),
+    reporting=Reporting(
+        tables=tables,
+        titles={"table1": "Table 1 layout: zero-shot accuracy (%)"},
+        note="zero-shot lm-eval accuracy (%): acc_norm where the task reports it, else acc; average over the tasks",
+        summary_keys=["model", "lm_task"],
+        pair_keys=None,  # one aggregate per setting, no per-sample pairs
+        metrics={"accuracy": "accuracy"},
+        summary_value="accuracy",
+        decimals={"table1": 1},  # percentages, as the paper prints them
+    ),
+    scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

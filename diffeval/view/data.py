@@ -71,7 +71,7 @@ def open_run(number: int, path: str | Path) -> RunView:
     frame, task = loaded.frame, loaded.task
     tables: dict[str, pd.DataFrame] = {}
     if len(frame):
-        tables = task.tables(frame, paper=False)
+        tables = task.reporting.tables(frame, loaded.options, paper=False)
         paired = paired_table(loaded.run, frame, task)
         if not paired.empty:
             tables["paired"] = paired
@@ -82,7 +82,7 @@ def open_run(number: int, path: str | Path) -> RunView:
     recorded = list(frame["model"].unique()) if len(frame) else []
     configured = [m.get("name") for m in loaded.run["config"].get("models", []) if isinstance(m, dict)]
     models = [m for m in configured if m in recorded] + [m for m in recorded if m not in configured]
-    params = [k for k in (*task.summary_keys, *(task.pair_keys or ())) if k != "model"]
+    params = [k for k in (*task.reporting.summary_keys, *(task.reporting.pair_keys or ())) if k != "model"]
     for table in tables.values():
         cells = table.attrs.get("cells", {})
         for cell in [cells.get("common", {}), *cells.get("rows", []), *cells.get("columns", [])]:
@@ -115,7 +115,7 @@ def summary(view: RunView) -> dict[str, Any]:
         "path": str(view.folder.path),
         "name": view.folder.path.resolve().name,
         "task": task.name,
-        "note": task.note,
+        "note": task.reporting.note,
         "created": loaded.run.get("created"),
         "updated": loaded.run.get("updated"),
         "models": [{"name": m, "differential": bool(info.get(m, {}).get("is_diff", False))} for m in view.models],
@@ -127,9 +127,11 @@ def summary(view: RunView) -> dict[str, Any]:
         },
         "first_damage": loaded.first_damage,  # where and why the first damaged line is damaged, or None
         "params": view.params,
-        "value": task.summary_value,  # the record column a sample's score is
-        "tables": [table_json(key, table, task.titles, NumberFormats.of(task)) for key, table in view.tables.items()],
-        "sample_view": task.sample_view is not None,
+        "value": task.reporting.summary_value,  # the record column a sample's score is
+        "tables": [
+            table_json(key, table, task.reporting.titles, NumberFormats.of(task)) for key, table in view.tables.items()
+        ],
+        "sample_view": task.viewing.sample_view is not None,
     }
 
 
@@ -160,7 +162,7 @@ def sample_index(view: RunView) -> dict[str, Any]:
     such as attention shares)."""
     frame = view.loaded.frame
     task = view.loaded.task
-    value, listing, decimals = task.summary_value, task.listing, _value_decimals(task)
+    value, listing, decimals = task.reporting.summary_value, task.viewing.listing, _value_decimals(task)
     samples = list(dict.fromkeys(frame["sample_id"])) if len(frame) else []
     position = {s: i for i, s in enumerate(samples)}
     model_position = {m: i for i, m in enumerate(view.models)}
@@ -193,13 +195,13 @@ def sample_detail(view: RunView, sample: str, full_text: bool | None = None) -> 
         "sample_id": sample, "task": task.name, "records": records, "comparison": comparison(task, records),
         "view": None,
     }  # fmt: skip
-    if task.sample_view is not None:
+    if task.viewing.sample_view is not None:
         if view.config is None:
             detail["view_error"] = f"run.json cannot be read as a config: {view.config_error}"
         else:
             with view._lock:  # tokenizers and the haystack streams they cache are not shared between threads
                 try:
-                    document = task.sample_view(view.config, records, view.tokenizer_for, full_text)
+                    document = task.viewing.sample_view(view.config, records, view.tokenizer_for, full_text)
                     detail["view"] = plain(document.to_json())
                 except InputError as exc:
                     detail["view_error"] = str(exc)
@@ -211,7 +213,7 @@ def sample_detail(view: RunView, sample: str, full_text: bool | None = None) -> 
 def comparison(task, records: dict[str, dict]) -> dict[str, Any]:
     """The sample on every model, as the task's `listing` declares: what was expected, the model's answer, its
     score (as text) and outcome. Headings name the record columns."""
-    listing, value, decimals = task.listing, task.summary_value, _value_decimals(task)
+    listing, value, decimals = task.viewing.listing, task.reporting.summary_value, _value_decimals(task)
     shown = [c for c in (listing.expected, listing.answer) if c is not None]
     rows = [
         {"model": model, "cells": [_full(_column(record, c)) for c in shown] + [number(record.get(value), decimals)],
@@ -229,7 +231,7 @@ def outcome(record: dict, column: str | None) -> bool | None:
 
 
 def _value_decimals(task) -> int:
-    return NumberFormats.of(task).decimals("", task.summary_value)
+    return NumberFormats.of(task).decimals("", task.reporting.summary_value)
 
 
 def _column(record: dict, column: str | None) -> Any:

@@ -21,7 +21,7 @@ from diffeval.models.hf import HFBackend
 from diffeval.models.hf_options import HFOptions
 from diffeval.models.spec import ModelSpec
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Listing, Task
+from diffeval.tasks.base import ContextBudget, Listing, Reporting, Running, Task, Viewing
 from diffeval.tasks.blocks import Bar, Bars, Document, Field, Fields, Mark, Output, Outputs, Text
 
 
@@ -48,9 +48,18 @@ def make_samples(options, seed, limit, prepared):
     return [EchoSample(sample_id(f"echo|{seed}|{i}"), i, f"{options.prefix} {i}:") for i in range(count)]
 
 
+NEW_TOKENS = 4  # each sample's answer
+LEAST_PROMPT = 16  # the prefix and its number, with room to spare
+
+
+def budget(config):
+    """Each --ctx length holds the prompt and the answer: a plugin declares its budget as a built-in task does."""
+    return ContextBudget(config.options.ctx, NEW_TOKENS, LEAST_PROMPT)
+
+
 def evaluate(batch, backend, config):
     prompts = [backend.encode(s.text).ids for s in batch]
-    outputs = backend.generate(prompts, 4, [])
+    outputs = backend.generate(prompts, NEW_TOKENS, [])
     return [
         Record(
             "echo",
@@ -90,24 +99,27 @@ def sample_view(config, records, tokenizer_for, full_text):
     return Document([setting, prompt, outputs, Bars(tokens, decimals=0, title="new tokens per model")])
 
 
-def tables(records: pd.DataFrame, paper: bool = False) -> dict[str, pd.DataFrame]:
-    return {"echo": records.pivot_table(index="model", values="score", aggfunc="mean")}
+def tables(records: pd.DataFrame, options: EchoOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
+    """The share of non-empty outputs per model, titled with the run's own --prefix (read from `options`)."""
+    table = records.pivot_table(index="model", values="score", aggfunc="mean")
+    table.columns = [f"{options.prefix}: non-empty"]
+    return {"echo": table}
 
 
 TASK = Task(
     name="echo",
     help="Continue a numbered text (a probe task from a plugin).",
     options=EchoOptions,
-    make_samples=make_samples,
-    evaluate=evaluate,
-    tables=tables,
-    titles={"echo": "Echo probe: share of non-empty outputs"},
-    note="score = 1 when the output is not empty",
-    summary_keys=["model"],
-    pair_keys=None,
-    metrics={"nonempty": "score"},
-    sample_view=sample_view,
-    listing=Listing(answer="output", expected=None, outcome="nonempty"),
+    running=Running(make_samples=make_samples, evaluate=evaluate, budget=budget),
+    reporting=Reporting(
+        tables=tables,
+        titles={"echo": "Echo probe: share of non-empty outputs"},
+        note="score = 1 when the output is not empty",
+        summary_keys=["model"],
+        pair_keys=None,
+        metrics={"nonempty": "score"},
+    ),
+    viewing=Viewing(sample_view=sample_view, listing=Listing(answer="output", expected=None, outcome="nonempty")),
 )
 
 
