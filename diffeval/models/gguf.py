@@ -198,8 +198,8 @@ def dequantized(file: GGUFFile, model: str) -> Path:
         with quiet_loader():
             model_object = AutoModelForCausalLM.from_pretrained(file.folder, gguf_file=file.name, dtype="float32")
         # transformers will not save a model it loaded from GGUF (save_pretrained refuses "quantized" models): the
-        # weights, now plain fp32 tensors, are written as safetensors, tied ones once (`_untied`), beside a config that names
-        # its class (a GGUF-derived config has no `architectures`, which vLLM needs) and no quantization
+        # weights, now plain fp32 tensors, are written as safetensors, tied ones once (`_untied`), beside a config
+        # that names its class (a GGUF-derived config has no `architectures`, which vLLM needs) and no quantization
         config = model_object.config
         config.architectures = [type(model_object).__name__]
         if hasattr(config, "quantization_config"):
