@@ -183,7 +183,8 @@ def _label(ctx: int | None, lengths: list[Length]) -> str:
 
 def _describe(machine: dict[str, Any]) -> str:
     gpus = ", ".join(machine["gpus"]) if machine["gpus"] else "no GPU" if machine["gpus"] == [] else "GPUs unknown"
-    return f"{machine['cpu']}, {machine['cores']} cores, {gpus}, {machine['engine']}, {_count(machine['threads'], 'thread')}"
+    threads = _count(machine["threads"], "thread")
+    return f"{machine['cpu']}, {machine['cores']} cores, {gpus}, {machine['engine']}, {threads}"
 
 
 def _count(number: int | None, noun: str) -> str:

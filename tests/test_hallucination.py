@@ -452,3 +452,15 @@ def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(ser
     assert list(judges.index) == ["overlap@0.25", second] and judges.loc[second, "both judged"] == 2
     assert {"kappa", "kappa_low", "kappa_high", "accuracy m"} <= set(judges.columns)
     assert tables["table4_proxy"].loc["m", "degenerate"] == 1
+
+
+def test_a_budget_smaller_than_the_template_alone_is_one_line_not_a_hang(tiny_models):
+    """Cutting the document cannot help when the template and question alone exceed the budget."""
+    from diffeval.models.loading import load_tokenizer
+    from diffeval.models.tokenizer import HFTokenizer
+
+    tokenizer = HFTokenizer(load_tokenizer(ModelSpec.parse(f"m={tiny_models['diff']}")))
+    spec = data.SPECS["qasper"]
+    document = data.Document(id="d", context="A long article. " * 200, question="What is it about?", reference="x")
+    with pytest.raises(InputError, match="the prompt without any document takes"):
+        hallucination.fit_prompt(spec, document, tokenizer, 20)

@@ -144,6 +144,11 @@ def fit_prompt(spec: data.DatasetSpec, doc: data.Document, backend: Backend, bud
         ids = backend.encode(spec.template.format(context=head + tail, input=doc.question)).ids
         if len(ids) <= budget:
             return ids, len(context) - keep
+        if keep == 0:  # the template and question alone exceed the budget: no cut of the document helps
+            raise InputError(
+                f"--ctx {budget + spec.max_new_tokens}: the prompt without any document takes {len(ids)} tokens, more "
+                f"than the {budget} left beside the answer's {spec.max_new_tokens}: use a longer --ctx"
+            )
         cut += len(ids) - budget
 
 
