@@ -40,7 +40,8 @@ def option(
     flag: Typer's parameter declaration (default `--field-name`; `--a/--no-a` for on/off switches).
     parse: turns a comma-list string (or a YAML list) into the field's value; the CLI then takes a string.
     type: the value's type when the default is None. identity=False: the option does not change what is computed
-    (sample counts, placement, caches), so a run folder resumes with a different value. cli=False: YAML only.
+    (sample counts, placement, caches), so a run folder resumes with a different value. cli=False: YAML only; on a
+    RunConfig field: only the tasks that list it in their `run_options` take it (the others refuse it).
     """
     metadata = {"help": help, "flag": flag, "parse": parse, "type": type, "identity": identity, "cli": cli}
     if isinstance(default, list):
@@ -107,8 +108,11 @@ class RunConfig:
     device: str = option("auto", help="auto | cpu | cuda", identity=False)
     dtype: str = option("auto", help="auto (fp32 on CPU, bf16 on CUDA) | float32 | bfloat16 | float16")
     attn_impl: str = option("sdpa", help="transformers attention implementation [default: sdpa]")
-    chat_template: bool = option(
-        False, help="use the model's chat template [default: off]", flag="--chat-template/--no-chat-template"
+    chat_template: bool = option(  # only the tasks that list it in their run_options build chat prompts
+        False,
+        help="render each prompt with the model's chat template [default: off]",
+        flag="--chat-template/--no-chat-template",
+        cli=False,
     )
     max_new_tokens: int | None = option(
         None,

@@ -45,7 +45,7 @@ def check_models(config: RunConfig) -> dict[str, dict]:
     infos = {}
     settings = EngineSettings.from_config(config)
     for spec in config.models:
-        info = describe(spec, check_checkpoint(spec, config.trust_remote_code), kind=spec.kind)
+        info = describe(spec, check_checkpoint(spec, config.trust_remote_code, config.chat_template), kind=spec.kind)
         check_model(info, settings, config.backend)
         longest = max(config.options.ctx)
         if info.max_positions and longest > info.max_positions and not config.allow_overlength:

@@ -167,7 +167,7 @@ def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):
 
 def test_over_budget_runs_are_reported_not_truncated(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("base", str(tiny_models["base"])), "cpu"))
-    config = SimpleNamespace(options=_options(data_dir, ctx="256"), seed=0)
+    config = SimpleNamespace(options=_options(data_dir, ctx="256"), seed=0, chat_template=False)
     batch = icl.make_samples(config.options, 0, limit=2)[:2]
     batch = [icl.ICLSample(s.sample_id, icl.Run("trec", 50, "random", 0, 0), "50", s.test_id, 0) for s in batch]
     records = [r.to_dict() for r in icl.evaluate(batch, backend, config)]

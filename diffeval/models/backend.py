@@ -105,6 +105,9 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: list[int]) -> str: ...
 
+    def render_prompt(self, user: str, answer_prefix: str, chat_template: bool, model: str) -> str:
+        """As `Backend.render_prompt`, naming `model` where it has no chat template."""
+
 
 class Backend(Protocol):
     name: ClassVar[str]

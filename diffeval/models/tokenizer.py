@@ -37,13 +37,20 @@ class HFTokenizer:
         return after[len(before) :] if after.startswith(before) else self.decode(generated)
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool, model: str) -> str:
-        """The full prompt text: raw `user + answer_prefix`, or the model's chat template around `user`."""
+        """The full prompt text: raw `user + answer_prefix`; or the model's chat template with `user` as the user
+        turn and its generation prompt, then `answer_prefix`, which opens the assistant's reply. The user turn drops
+        the trailing whitespace that joins it to the answer prefix in the raw prompt."""
         if not chat_template:
             return user + answer_prefix
-        if not self.hf.chat_template:
-            raise InputError(f"model {model} has no chat template: rerun with --no-chat-template")
-        messages = [{"role": "user", "content": user}]
+        check_chat_template(self.hf, model)
+        messages = [{"role": "user", "content": user.rstrip()}]
         return self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + answer_prefix
+
+
+def check_chat_template(tokenizer, model: str) -> None:
+    """`--chat-template` needs a template in the checkpoint's tokenizer (a transformers tokenizer)."""
+    if not tokenizer.chat_template:
+        raise InputError(f"model {model} has no chat template in its tokenizer: leave out --chat-template")
 
 
 def cut_at_stop(text: str, stop: list[str]) -> str:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from diffeval.config import RunConfig, assemble, field_default
+from diffeval.config import RunConfig, assemble, field_default, flag_name
 from diffeval.errors import InputError
 from diffeval.models.backend import check_backend, default_batch_size, engine_options
 from diffeval.models.spec import parse_models
@@ -168,6 +168,17 @@ def registry(*tasks: Task) -> dict[str, Task]:
     return {t.name: t for t in tasks}
 
 
+def check_run_options(tasks: dict[str, Task], task: Task, config: RunConfig) -> None:
+    """A RunConfig option only some tasks take (declared `cli=False`, listed in their `run_options`) is refused on
+    any other task unless it keeps its default: the task would ignore it (a preset or suite can set it)."""
+    for f in fields(RunConfig):
+        if f.metadata.get("cli", True) or f.name in task.run_options:
+            continue
+        if getattr(config, f.name) != field_default(f):
+            takers = ", ".join(t.name for t in tasks.values() if f.name in t.run_options)
+            raise InputError(f"{flag_name(f)} does not apply to {task.name}, only to {takers}: leave it out")
+
+
 def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
     """Merge preset values and command-line flags (flags win) into a validated RunConfig for task `name`."""
     if name not in tasks:
@@ -177,6 +188,7 @@ def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], fl
     task = tasks[name]
     values = {**yaml_values, **{k: v for k, v in flags.items() if v is not None}}
     config = assemble(name, task.options, parse_models(values.pop("models", None)), values, engine_options())
+    check_run_options(tasks, task, config)
     if task.running.budget is not None:
         task.running.budget(config).check()
     check_backend(name, task.running.needs, config.backend)

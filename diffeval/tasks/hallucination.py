@@ -3,7 +3,9 @@
 Recipe:
 1. samples: the first `samples` documents of each dataset, the same for every model.
 2. prompt: the dataset's template around the document (LongBench's templates for its sets); a document too long for
-   the model's budget (ctx − the dataset's output length) loses its middle tokens, as LongBench truncates.
+   the model's budget (ctx − the dataset's output length) loses its middle tokens, as LongBench truncates. With
+   `--chat-template` the template up to its answer prefix is the user turn of the model's own chat template, and the
+   answer prefix ("Summary:") opens the assistant's reply.
 3. backend: greedy generation with the dataset's output length and stop strings, a whole chunk per engine call.
 4. outcome: an empty or degenerate output (one n-gram repeated through it) is its own outcome, never judged and
    never faithful. Every other output is judged once every model has generated and been freed (a local judge loads
@@ -130,9 +132,27 @@ def _make_judge(config, spec: str):
     )
 
 
-def fit_prompt(spec: data.DatasetSpec, doc: data.Document, backend: Backend, budget: int) -> tuple[list[int], int]:
-    """The prompt's token ids within `budget`, cutting the middle of the document; and how many tokens were cut."""
-    ids = backend.encode(spec.template.format(context=doc.context, input=doc.question)).ids
+def answer_prefix(spec: data.DatasetSpec) -> str:
+    """The last line of the dataset's template ("Summary:", "Answer:"), which the output continues."""
+    return spec.template.rsplit("\n", 1)[1]
+
+
+def prompt_text(spec: data.DatasetSpec, context: str, question: str, backend: Backend, chat_template: bool) -> str:
+    """The dataset's template around the document and question. With the chat template, the template up to its
+    answer prefix (the document and the question) is the user turn and the answer prefix opens the assistant's reply."""
+    text = spec.template.format(context=context, input=question)
+    if not chat_template:
+        return text
+    prefix = answer_prefix(spec)
+    return backend.render_prompt(text[: -len(prefix)], prefix, True)
+
+
+def fit_prompt(
+    spec: data.DatasetSpec, doc: data.Document, backend: Backend, budget: int, chat_template: bool = False
+) -> tuple[list[int], int]:
+    """The prompt's token ids within `budget`, cutting the middle of the document (never the template, nor the chat
+    template's turns); and how many tokens were cut."""
+    ids = backend.encode(prompt_text(spec, doc.context, doc.question, backend, chat_template)).ids
     if len(ids) <= budget:
         return ids, 0
     context = backend.encode(doc.context, special_tokens=False).ids
@@ -141,7 +161,7 @@ def fit_prompt(spec: data.DatasetSpec, doc: data.Document, backend: Backend, bud
         keep = max(len(context) - cut, 0)
         head = backend.decode(context[: keep // 2])
         tail = backend.decode(context[len(context) - (keep - keep // 2) :]) if keep else ""
-        ids = backend.encode(spec.template.format(context=head + tail, input=doc.question)).ids
+        ids = backend.encode(prompt_text(spec, head + tail, doc.question, backend, chat_template)).ids
         if len(ids) <= budget:
             return ids, len(context) - keep
         if keep == 0:  # the template and question alone exceed the budget: no cut of the document helps
@@ -156,8 +176,8 @@ def evaluate(batch: list[HallucinationSample], backend: Backend, config) -> list
     """The chunk's generations, one engine call per dataset in it (output lengths differ); judged later, by `judge`."""
     ctx = config.options.ctx[0]
     start = time.perf_counter()
-    fitted = [fit_prompt(data.SPECS[s.dataset], s.document, backend, ctx - data.SPECS[s.dataset].max_new_tokens)
-              for s in batch]  # fmt: skip
+    fitted = [fit_prompt(data.SPECS[s.dataset], s.document, backend, ctx - data.SPECS[s.dataset].max_new_tokens,
+                         config.chat_template) for s in batch]  # fmt: skip
     fitting = (time.perf_counter() - start) / len(batch)
     outputs = {}
     for name in dict.fromkeys(s.dataset for s in batch):  # each dataset has its own output length and stop strings
@@ -419,7 +439,8 @@ def sizing(samples: list[HallucinationSample], tokenizer, config) -> tuple[int, 
     prompt = generated = 0
     for sample in samples:
         spec = data.SPECS[sample.dataset]
-        prompt += len(fit_prompt(spec, sample.document, tokenizer, config.options.ctx[0] - spec.max_new_tokens)[0])
+        room = config.options.ctx[0] - spec.max_new_tokens
+        prompt += len(fit_prompt(spec, sample.document, tokenizer, room, config.chat_template)[0])
         generated += spec.max_new_tokens
     return prompt, generated
 
@@ -456,6 +477,7 @@ TASK = Task(
     name="hallucination",
     help="Contextual hallucination on summarization and QA (paper Table 4), judged.",
     options=HallucinationOptions,
+    run_options=("chat_template",),
     running=Running(
         make_samples=make_samples,
         evaluate=evaluate,

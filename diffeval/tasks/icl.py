@@ -8,7 +8,9 @@ Recipe:
 2. samples: one per run × test query; the test set is the protocol's fixed indices (`--test-indices`) or a seeded
    sample of the test split.
 3. prompt: "Question: …\\nType: label" demonstrations joined by blank lines, then the query; each model tokenizes the
-   same text. A run that does not fit a model's context is recorded as over budget, never truncated.
+   same text. With `--chat-template` the demonstrations and the query are the user turn of the model's own template
+   and the label is the assistant's reply. A run that does not fit a model's context is recorded as over budget,
+   never truncated.
 4. backend: constrained decoding. The log-likelihood of every label's tokens after the prompt, each query and label
    tokenized inside the whole prompt; the demonstration block's KV cache is computed once per (model, run) and reused
    for every query and label.
@@ -189,6 +191,30 @@ def demonstration_block(run: Run, data_dir: str | None, seed: int) -> str:
     return "".join(format_example(run.dataset, e.text, data.labels[e.label]) + "\n\n" for e in examples)
 
 
+def prompt_texts(
+    block: str, queries: list[str], labels: list[str], renderer, chat_template: bool, model: str
+) -> tuple[str, list[str], list[str]]:
+    """(context, per query the text after it, the choices) whose concatenations are the prompts a model scores.
+    Raw: the demonstration block, each query, each label after a space. With the chat template: the block and the
+    query form the user turn, and the label is the assistant's reply, right after the generation prompt; the context
+    is the template's opening and the block (shared by every query, so its KV cache serves them all), each query
+    text ends with the template's generation prompt. `renderer`: a backend or prompt tokenizer (`render_prompt`)."""
+    if not chat_template:
+        return block, queries, [" " + label for label in labels]
+    context, tails = None, []
+    for query in queries:
+        text = renderer.render_prompt(block + query, "", True)
+        at = text.find(block + query)
+        if at < 0 or context not in (None, text[: at + len(block)]):
+            raise InputError(
+                f"model {model}'s chat template rewrites the user turn, so the ICL demonstrations cannot be shared "
+                "across queries: run it without --chat-template"
+            )
+        context = text[: at + len(block)]
+        tails.append(text[at + len(block) :])
+    return context or block, tails, list(labels)
+
+
 def resolve_max_shots(config, tokenizers: dict[str, Tokenizer]) -> dict[tuple[str, int], int]:
     """`shots=max`: per dataset and draw, the largest k whose prompt fits every model's context."""
     options = config.options
@@ -201,11 +227,18 @@ def resolve_max_shots(config, tokenizers: dict[str, Tokenizer]) -> dict[tuple[st
             pool = demonstrations(name, options.data_dir, config.seed, draw, len(data.train))
             texts = [format_example(name, data.train[i].text, data.labels[data.train[i].label]) + "\n\n" for i in pool]
             k = len(texts)
-            for tokenizer in tokenizers.values():
+            for model, tokenizer in tokenizers.items():
+                # beside the demonstrations: BOS, or the chat template's turns around an empty message
+                scaffold = (
+                    len(tokenizer.encode(tokenizer.render_prompt("", "", True, model)).ids)
+                    if config.chat_template
+                    else 1
+                )
+                labels = data.labels if config.chat_template else [" " + label for label in data.labels]
                 reserve = (
-                    1
+                    scaffold
                     + max(map(len, tokenizer.encode_many(queries, special_tokens=False)))
-                    + max(map(len, tokenizer.encode_many([" " + label for label in data.labels], False)))
+                    + max(map(len, tokenizer.encode_many(labels, False)))
                 )
                 lengths = tokenizer.encode_many(texts[:k], special_tokens=False)
                 total, fitting = 0, 0
@@ -264,9 +297,14 @@ def evaluate(batch: list[ICLSample], backend: Backend, config):
     # whole prompt "block, query i, label j" encoded in one piece
     prefix, queries, choices = encode_choices_in_context(
         backend,
-        demonstration_block(run, options.data_dir, config.seed),
-        [format_example(run.dataset, data.test[s.test_id].text, None) for s in batch],
-        [" " + label for label in data.labels],
+        *prompt_texts(
+            demonstration_block(run, options.data_dir, config.seed),
+            [format_example(run.dataset, data.test[s.test_id].text, None) for s in batch],
+            data.labels,
+            backend,
+            config.chat_template,
+            backend.info.name,
+        ),
     )
     longest = len(prefix) + max(len(q) + max(map(len, c)) for q, c in zip(queries, choices))
     run_fields = {
@@ -442,15 +480,20 @@ def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool
 
 def sizing(samples: list[ICLSample], tokenizer, config) -> tuple[int, int]:
     """Prompt tokens as computed: each run's demonstration block once (its KV cache serves every query), plus every
-    query. Labels are scored, not generated."""
-    total, blocks = 0, set()
+    query (with the chat template: the template's turns around them too). Labels are scored, not generated."""
+    total, blocks = 0, {}  # run key → its demonstration block
     for sample in samples:
-        run = sample.run
-        if run.key not in blocks:
-            blocks.add(run.key)
-            total += len(tokenizer.encode(demonstration_block(run, config.options.data_dir, config.seed)).ids)
-        test = dataset(run.dataset, config.options.data_dir).test[sample.test_id]
-        total += len(tokenizer.encode(format_example(run.dataset, test.text, None), special_tokens=False).ids)
+        run, first = sample.run, sample.run.key not in blocks
+        data = dataset(run.dataset, config.options.data_dir)
+        if first:
+            blocks[run.key] = demonstration_block(run, config.options.data_dir, config.seed)
+        query = format_example(run.dataset, data.test[sample.test_id].text, None)
+        context, [text], _ = prompt_texts(
+            blocks[run.key], [query], data.labels, tokenizer, config.chat_template, tokenizer.name
+        )
+        if first:
+            total += len(tokenizer.encode(context).ids)
+        total += len(tokenizer.encode(text, special_tokens=False).ids)
     return total, 0
 
 
@@ -478,6 +521,7 @@ TASK = Task(
     name="icl",
     help="Many-shot in-context learning and order robustness (paper Figures 6 and 7).",
     options=IclOptions,
+    run_options=("chat_template",),
     running=Running(
         make_samples=make_samples,
         evaluate=evaluate,
