@@ -244,10 +244,10 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False, chat_temp
     tokenizer = load_tokenizer(spec, trust_remote_code)
     if chat_template:
         check_chat_template(tokenizer, spec.name)
-    check_architecture(spec, config, trust_remote_code)
+    model = check_architecture(spec, config, trust_remote_code)  # built once, read by every check below
     file = gguf.find(spec.path, spec.name)
     if file is not None:
-        check_weights(spec, config, gguf.tensor_shapes(file, spec.name, meta_model(config)), trust_remote_code)
+        check_weights(spec, config, gguf.tensor_shapes(file, spec.name, model), trust_remote_code, model)
         return config
     folder = Path(spec.path).expanduser()
     if folder.is_dir():
@@ -272,7 +272,7 @@ def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False, chat_temp
         loaded = sorted(names) if index.is_file() else [n for n in ("model.safetensors",) if n in headers]
         if loaded:  # pytorch_model.bin checkpoints have no header to read
             found = {tensor: shape for name in loaded for tensor, shape in headers[name].items()}
-            check_weights(spec, config, found, trust_remote_code)
+            check_weights(spec, config, found, trust_remote_code, model)
     return config
 
 
@@ -286,24 +286,26 @@ def meta_model(config, trust_remote_code: bool = False):
 PROBE_TOKENS = 8  # the meta forward's length: enough for every mask and head reshape, free on the meta device
 
 
-def check_architecture(spec: ModelSpec, config, trust_remote_code: bool = False) -> None:
+def check_architecture(spec: ModelSpec, config, trust_remote_code: bool = False):
     """The config builds its model, and the model computes: head counts, KV heads and head_dim that fit each
     other (a DiffLlama needs an even number of KV heads, reshapes need whole heads). Both run on the meta device, so
     a config that would crash at its first forward, after other models had already written records, is refused now.
-    Custom code (--trust-remote-code) is built but not run: it may read tensor values, which meta tensors lack."""
+    Custom code (--trust-remote-code) is built but not run: it may read tensor values, which meta tensors lack.
+    Returns the meta model."""
     try:
         model = meta_model(config, trust_remote_code)
     except Exception as exc:
         raise _config_error(spec, "does not build its architecture", exc) from None
     if trust_remote_code and type(model).__module__.startswith("transformers_modules"):
-        return
+        return model
     try:  # tensors the forward creates (positions, masks, the cache) must be meta too
         with torch.device("meta"), torch.no_grad():
             model(input_ids=torch.zeros(1, PROBE_TOKENS, dtype=torch.long))
     except Exception as exc:
         if "meta" in str(exc):  # an operation meta tensors lack (reading a value): inconclusive, not a bad config
-            return
+            return model
         raise _config_error(spec, "has a head layout its architecture cannot compute", exc) from None
+    return model
 
 
 def _config_error(spec: ModelSpec, what: str, exc: Exception) -> InputError:
@@ -326,10 +328,11 @@ def _quiet_transformers():
         transformers.utils.logging.set_verbosity(verbosity)
 
 
-def architecture_shapes(config, trust_remote_code: bool = False):
+def architecture_shapes(config, trust_remote_code: bool = False, model=None):
     """The model the config builds, on the meta device (no memory): its state dict's names and shapes (non-persistent
-    buffers are not in it), the groups of tied names (a checkpoint stores one of each), and the model."""
-    model = meta_model(config, trust_remote_code)
+    buffers are not in it), the groups of tied names (a checkpoint stores one of each), and the model (`model`: one
+    already built from this config)."""
+    model = meta_model(config, trust_remote_code) if model is None else model
     shapes = {name: tuple(tensor.shape) for name, tensor in model.state_dict().items()}
     groups: dict[int, list[str]] = {}
     for name, parameter in model.named_parameters(remove_duplicate=False):
@@ -337,11 +340,13 @@ def architecture_shapes(config, trust_remote_code: bool = False):
     return shapes, [names for names in groups.values() if len(names) > 1], model
 
 
-def check_weights(spec: ModelSpec, config, found: dict[str, tuple[int, ...]], trust_remote_code: bool = False) -> None:
+def check_weights(
+    spec: ModelSpec, config, found: dict[str, tuple[int, ...]], trust_remote_code: bool = False, model=None
+) -> None:
     """Before any work: the checkpoint's tensors (`found`: name → shape) are exactly those of the architecture its
     config names, with the same shapes. transformers would fill a missing tensor with random values and drop an
     unexpected one, silently."""
-    expected, tied, model = architecture_shapes(config, trust_remote_code)
+    expected, tied, model = architecture_shapes(config, trust_remote_code, model)
     if _renamed_on_load(model):  # transformers renames this architecture's checkpoint keys while loading
         return
     prefix = model.base_model_prefix
