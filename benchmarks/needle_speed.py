@@ -1,4 +1,6 @@
-"""Needle task speed, measured in one run on two tiny models at 4K, like for like.
+"""Needle task speed, measured in one run at 4K, like for like: on two tiny random models, or with --model on one
+real checkpoint (a folder or a .gguf file; a GGUF file is dequantized once into diffeval's safetensors cache and both
+harnesses load that folder, so neither pays the GGUF loader).
 
 1. Harness overhead: wall time of `diffeval run needle` (prompt fitting, generation, scoring, records) ÷ the time
    the model itself spends in `generate` on the very same token ids with the same token limit (goal ≤ 1.05).
@@ -8,6 +10,7 @@
    `pip install -e .[bench]` (lm-eval, accelerate, wonderwords, nltk); skipped otherwise.
 
 Run: python benchmarks/needle_speed.py [--samples 50] [--ctx 4096] [--threads 1] [--max-new-tokens 32]
+     python benchmarks/needle_speed.py --model PATH [--samples 10]   (goal of the harness ratio on a real model: 1.1)
 """
 
 from __future__ import annotations
@@ -89,6 +92,14 @@ def harness_overhead(
     return harness, model_time
 
 
+def real_model(path: str) -> dict[str, Path]:
+    """The checkpoint both harnesses load: the folder itself, or a GGUF file's dequantized safetensors folder."""
+    from diffeval.models import gguf
+
+    found = gguf.find(path, "real")
+    return {"real": gguf.dequantized(found, "real") if found else Path(path).expanduser()}
+
+
 def timed(command: list[str], threads: int) -> float:
     start = time.perf_counter()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
@@ -104,15 +115,18 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=1, help="torch threads, in this process and both commands")
     parser.add_argument("--max-new-tokens", type=int, default=32, help="the generation limit of both harnesses")
+    parser.add_argument("--model", help="a real checkpoint (folder or .gguf) instead of the two tiny random models")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        models = build_models(root)
+        models = real_model(args.model) if args.model else build_models(root)
+        what = f"the checkpoint {args.model}" if args.model else "tiny random models"
+        goal = 1.1 if args.model else 1.05
         print(f"# needle speed at ctx {args.ctx}, {args.samples} samples per model, CPU, {args.threads} torch "
-              f"thread(s), at most {args.max_new_tokens} new tokens, greedy, tiny random models, "
+              f"thread(s), at most {args.max_new_tokens} new tokens, greedy, {what}, "
               f"{time.strftime('%Y-%m-%d')}\n")  # fmt: skip
-        print("model | diffeval wall s (incl. loading weights) | model generate s | ratio (goal <= 1.05)")
+        print(f"model | diffeval wall s (incl. loading weights) | model generate s | ratio (goal <= {goal})")
         print("--- | --- | --- | ---")
         for name, path in models.items():
             harness, model_time = harness_overhead(
@@ -123,60 +137,66 @@ def main() -> None:
         if importlib.util.find_spec("lm_eval") is None:
             print("\nlm-eval not installed: skipped the lm-eval comparison (pip install -e .[bench])")
             return
-        base = str(models["base"])
-        ours = timed(
-            [
-                sys.executable,
-                "-m",
-                "diffeval",
-                "run",
-                "needle",
-                "-m",
-                f"base={base}",
-                "--ctx",
-                str(args.ctx),
-                "--depths",
-                ",".join(map(str, DEPTHS)),
-                "--samples",
-                str(args.samples // len(DEPTHS)),
-                "--device",
-                "cpu",
-                "--max-new-tokens",
-                str(args.max_new_tokens),
-                "--out",
-                str(root / "cli-run"),
-            ],
-            args.threads,
-        )
-        lm_eval = timed(
-            [
-                sys.executable,
-                "-m",
-                "lm_eval",
-                "--model",
-                "hf",
-                "--model_args",
-                f"pretrained={base},dtype=float32",
-                "--tasks",
-                "niah_single_1",
-                "--limit",
-                str(args.samples),
-                "--metadata",
-                json.dumps({"max_seq_lengths": [args.ctx]}),
-                "--device",
-                "cpu",
-                "--batch_size",
-                "1",
-                "--gen_kwargs",
-                f"max_gen_toks={args.max_new_tokens},do_sample=False",
-            ],
-            args.threads,
-        )
-        print("\ncommand line, base model | wall s")
-        print("--- | ---")
-        print(f"diffeval run needle | {ours:.1f}")
-        print(f"lm_eval niah_single_1 | {lm_eval:.1f}")
-        print(f"ratio diffeval / lm-eval (goal <= 0.5) | {ours / lm_eval:.3f}")
+        lm_eval_ratio(str(models.get("base", models.get("real"))), args, root)
+
+
+def lm_eval_ratio(base: str, args, root: Path) -> float:
+    """Wall time of diffeval's and lm-eval's needle command lines on one model, same samples and limits; prints both,
+    returns diffeval ÷ lm-eval."""
+    ours = timed(
+        [
+            sys.executable,
+            "-m",
+            "diffeval",
+            "run",
+            "needle",
+            "-m",
+            f"base={base}",
+            "--ctx",
+            str(args.ctx),
+            "--depths",
+            ",".join(map(str, DEPTHS)),
+            "--samples",
+            str(args.samples // len(DEPTHS)),
+            "--device",
+            "cpu",
+            "--max-new-tokens",
+            str(args.max_new_tokens),
+            "--out",
+            str(root / "cli-run"),
+        ],
+        args.threads,
+    )
+    lm_eval = timed(
+        [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "hf",
+            "--model_args",
+            f"pretrained={base},dtype=float32",
+            "--tasks",
+            "niah_single_1",
+            "--limit",
+            str(args.samples),
+            "--metadata",
+            json.dumps({"max_seq_lengths": [args.ctx]}),
+            "--device",
+            "cpu",
+            "--batch_size",
+            "1",
+            "--gen_kwargs",
+            f"max_gen_toks={args.max_new_tokens},do_sample=False",
+        ],
+        args.threads,
+    )
+    print(f"\ncommand line, {Path(base).name} | wall s")
+    print("--- | ---")
+    print(f"diffeval run needle | {ours:.1f}")
+    print(f"lm_eval niah_single_1 | {lm_eval:.1f}")
+    print(f"ratio diffeval / lm-eval (goal <= 0.5) | {ours / lm_eval:.3f}")
+    return ours / lm_eval
 
 
 if __name__ == "__main__":
