@@ -22,6 +22,17 @@ No λ_init, no (1 − λ_init) factor and no per-head RMSNorm; the h heads go to
 2i + 1 read the same KV head whenever h_kv divides h (GQA groups 2h / h_kv consecutive query heads per KV head), so
 the KV cache is a baseline's with h_kv heads. diffeval's V2 is `models/diffllama2.py`.
 
+Motif-2.6B (Motif Technologies; vLLM's `models/motif.py` at v0.10.2, the reference diffeval follows, see
+docs/engines/motif.md) is DIFF V1 with three differences: query, key and value heads pair as adjacent heads (2i, 2i + 1)
+rather than halves, the per-head RMSNorm (`subln`) has a learned weight, and λ_init takes the 0-based layer index minus
+one, so its first layer starts at 0.8 − 0.6·e^0.3 ≈ −0.0099:
+
+    λ_init = 0.8 − 0.6 · exp(−0.3 · (layer_idx − 1)),  layer_idx = 0 … L − 1                    (Motif λ_init)
+
+Its MLP is down(PolyNorm(gate(x)) ⊙ up(x)), with one PolyNorm per layer (3 weights and a bias, no per-channel scale):
+
+    PolyNorm(u) = w0 · n(u³) + w1 · n(u²) + w2 · n(u) + b,   n(z) = z / √(mean(z²) + 1e-6)          (PolyNorm)
+
 Which configs are which variant, and which function here each variant's engines and analyses call, is the registry's
 (models/variants.py).
 """
@@ -36,6 +47,46 @@ import torch
 def lambda_init(layer_idx: int) -> float:
     """Eq. 3 with a 0-based layer index."""
     return 0.8 - 0.6 * math.exp(-0.3 * layer_idx)
+
+
+def motif_lambda_init(layer_idx: int) -> float:
+    """Motif's λ_init, with the 0-based layer index as vLLM's `extract_layer_index` gives it."""
+    return 0.8 - 0.6 * math.exp(-0.3 * (layer_idx - 1))
+
+
+def motif_maps(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, heads_dim: int = 1):
+    """Motif's adjacent head pairs in DiffLlama's layout, for one attention call over both maps.
+
+    query (…, N, …), key and value (…, Nkv, …) with heads on `heads_dim`: map 1 reads the even heads, map 2 the odd
+    ones. Returns the queries as [even | odd] (N heads: [0, N/2) map 1, [N/2, N) map 2), the keys likewise (Nkv), and
+    each KV pair's value [v_2g | v_2g+1] (double width, last dim) repeated for both maps (Nkv heads). The usual GQA
+    grouping (query head j reads KV head j // (N / Nkv)) then pairs map-1 queries with even keys and map-2 queries with
+    odd keys, exactly as the published model groups each map."""
+
+    def even_odd(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        index = torch.arange(x.shape[heads_dim], device=x.device)
+        return x.index_select(heads_dim, index[0::2]), x.index_select(heads_dim, index[1::2])
+
+    q_even, q_odd = even_odd(query)
+    k_even, k_odd = even_odd(key)
+    v_even, v_odd = even_odd(value)
+    pairs = torch.cat([v_even, v_odd], dim=-1)
+    return (
+        torch.cat([q_even, q_odd], dim=heads_dim),
+        torch.cat([k_even, k_odd], dim=heads_dim),
+        torch.cat([pairs, pairs], dim=heads_dim),
+    )
+
+
+def poly_norm(u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Motif's PolyNorm over the last dim, in fp32 and cast back; weight[0] scales the cube, weight[2] u itself."""
+    x = u.float()
+
+    def n(z: torch.Tensor) -> torch.Tensor:
+        return z * torch.rsqrt(z.pow(2).mean(-1, keepdim=True) + eps)
+
+    w = weight.float()
+    return (w[0] * n(x**3) + w[1] * n(x**2) + w[2] * n(x) + bias.float()).to(u.dtype)
 
 
 @torch.no_grad()
@@ -92,16 +143,26 @@ def lambda_full(
 
 
 def differential_heads(
-    map1: torch.Tensor, map2: torch.Tensor, lam: torch.Tensor, lam_init: float, eps: float, norm: bool = True
+    map1: torch.Tensor,
+    map2: torch.Tensor,
+    lam: torch.Tensor,
+    lam_init: float,
+    eps: float,
+    norm: bool = True,
+    norm_weight: torch.Tensor | None = None,
 ):
     """Eq. 1 and Eq. 4 on attention outputs: (1 − λ_init) · RMSNorm(A1·V − λ · A2·V).
 
     `map1` and `map2` are (..., H/2, 2·head_dim): differential head i's two softmax maps applied to its double-width
-    value. The RMSNorm has no weight and runs over the 2·head_dim features of each head. `norm=False` is axolotl's
+    value. The RMSNorm runs over the 2·head_dim features of each head, without a weight (DiffLlama) or with
+    `norm_weight` (Motif's subln, in fp32 as vLLM's RMSNorm computes it). `norm=False` is axolotl's
     `sublayer_norm: false`: the norm becomes the identity and the (1 − λ_init) factor stays.
     """
     heads = map1 - lam * map2
-    if norm:
+    if norm_weight is not None:
+        normed = torch.nn.functional.rms_norm(heads.float(), (heads.shape[-1],), eps=eps)
+        heads = (normed * norm_weight.float()).to(heads.dtype)
+    elif norm:
         heads = torch.nn.functional.rms_norm(heads, (map1.shape[-1],), eps=eps)
     return (1 - lam_init) * heads
 

@@ -204,6 +204,33 @@ def check_diff_keys(spec: ModelSpec, config) -> None:
         )
 
 
+# keys that mark the Motif checkpoints diffeval does not run yet (they share the architecture `MotifForCausalLM`):
+# Motif-3's latent attention, experts and hyper-connections, and Motif-2-12.7B's grouped differential attention
+MOTIF_3_KEYS = ("kv_lora_rank", "q_lora_rank", "num_experts", "moe_intermediate_size", "mhc_enabled")
+MOTIF_GDA_KEYS = ("num_noise_heads",)
+
+
+def check_motif_keys(spec: ModelSpec, config) -> None:
+    """A Motif config diffeval computes exactly: Motif-2.6B's dense DIFF attention with PolyNorm."""
+    found = [key for key in MOTIF_3_KEYS if getattr(config, key, None) is not None]
+    if found:
+        raise InputError(
+            f"model {spec.name}: config.json has {', '.join(found)}: not supported yet: Motif-3 (latent attention, "
+            "experts); diffeval runs Motif-2.6B's layout"
+        )
+    found = [key for key in MOTIF_GDA_KEYS if getattr(config, key, None) is not None]
+    if found:
+        raise InputError(
+            f"model {spec.name}: config.json has {found[0]}: grouped differential attention (Motif-2-12.7B) is not "
+            "supported yet; diffeval runs Motif-2.6B's layout"
+        )
+    if config.hidden_act != "poly_norm":
+        raise InputError(
+            f"model {spec.name}: config.json has hidden_act = {config.hidden_act!r}; Motif's MLP is PolyNorm: set "
+            '"poly_norm"'
+        )
+
+
 def honour_sublayer_norm(model, config) -> None:
     """transformers' DiffLlama builds every layer's per-head norm with rms_norm_eps and ignores `sublayer_norm` and
     `sublayer_norm_eps`: rebuild it as the config says (axolotl's converter sets `groupnorm = nn.Identity()`)."""

@@ -75,7 +75,23 @@ DIFF_V2 = Variant(
     inspect_lambdas="diffeval.models.diff:v2_layer_lambdas",
     paired_with=("v1",),
 )
-VARIANTS: tuple[Variant, ...] = (DIFF_V1, DIFF_V2)
+MOTIF = Variant(
+    name="motif",
+    title="DIFF V1 (Motif)",
+    architectures=("MotifForCausalLM",),
+    model_types=("Motif", "motif"),  # Motif's configuration module writes "Motif"; converted copies use "motif"
+    head_layout="N heads: adjacent heads (2i, 2i + 1) pair into map 1 and map 2 over their KV pair's double-width "
+    "value (Motif-2.6B)",
+    lambda_form=PER_LAYER,
+    norm="subln: RMSNorm over 2·head_dim with a learned weight, × (1 − λ_init); λ_init from layer index − 1",
+    vllm_kv_factor=2,  # models/vllm_motif.py keeps K and V twice (one attention per half of the values)
+    split_maps="diffeval.models.diff:split_differential",  # the attention call sees DiffLlama's layout (motif_maps)
+    vllm_model="diffeval.models.vllm_motif:MotifForCausalLM",
+    register_hf="diffeval.models.motif:register",
+    check_config="diffeval.models.loading:check_motif_keys",
+    inspect_lambdas="diffeval.models.diff:layer_lambdas",
+)
+VARIANTS: tuple[Variant, ...] = (DIFF_V1, DIFF_V2, MOTIF)
 
 UNRECORDED = DIFF_V1  # run folders written before run.json named a model's variant hold V1 models only
 

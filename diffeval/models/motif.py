@@ -1,0 +1,205 @@
+"""Motif-2.6B in transformers form: DIFF V1 attention in Motif's layout and a PolyNorm MLP (the math is in diff.py).
+
+It loads Motif checkpoints as published (config keys, tensor names), without their remote code. The sources, what
+each assumption rests on, and where they disagree are in docs/engines/motif.md; in short (vLLM v0.10.2's
+`models/motif.py` and its differential flash-attention backend, which diffeval follows):
+
+- per layer `self_attn.{q,k,v,o}_proj` as in Llama (q: N heads of head_dim, k and v: Nkv heads), `self_attn.lambda_q1,
+  lambda_k1, lambda_q2, lambda_k2` [head_dim], `self_attn.subln.weight` [2·head_dim] and `mlp.act_fn.weight` [3],
+  `mlp.act_fn.bias` [1] beside Llama's gate, up and down projections;
+- rotate-half (NeoX) RoPE on every query and key head before the pairing; adjacent heads (2i, 2i + 1) pair into N/2
+  differential heads over Nkv/2 KV pairs, each over the pair's double-width value; softmax scale head_dim^−½;
+- subln = RMSNorm over 2·head_dim with its weight and `attn_rms_norm_eps`, × (1 − λ_init) with Motif's λ_init;
+- MLP = down(PolyNorm(gate(x)) ⊙ up(x)): Llama's MLP with `hidden_act: poly_norm`, which `register()` adds to
+  transformers' activations.
+
+Attention runs once per layer through transformers' attention interface (eager, sdpa, ...): queries reordered
+[even | odd] over keys [even | odd] and the KV pairs' values (`diff.motif_maps`), so heads [0, N/2) are map 1 and
+[N/2, N) map 2 as in DiffLlama, and the KV cache holds the layer's own keys and values, a Llama's.
+
+`register()` teaches `AutoConfig` and `AutoModelForCausalLM` both spellings of the model type that Motif's configs use
+("Motif", as its own configuration module writes it, and "motif").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from huggingface_hub.dataclasses import strict
+from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM, LlamaConfig
+from transformers.activations import ACT2FN
+from transformers.models.llama.modeling_llama import (
+    ALL_ATTENTION_FUNCTIONS,
+    LlamaAttention,
+    LlamaDecoderLayer,
+    LlamaForCausalLM,
+    LlamaModel,
+    LlamaPreTrainedModel,
+    apply_rotary_pos_emb,
+    eager_attention_forward,
+)
+
+from diffeval.models.diff import differential_heads, lambda_full, motif_lambda_init, motif_maps, poly_norm
+from diffeval.models.variants import MOTIF
+
+MODEL_TYPE, MODEL_TYPE_LOWER = MOTIF.model_types
+
+
+@strict
+class MotifConfig(LlamaConfig):
+    """Llama's keys plus `attn_rms_norm_eps` (subln's eps) and `hidden_act: poly_norm`."""
+
+    model_type = MODEL_TYPE
+    base_model_tp_plan = None  # a differential head's two maps are adjacent heads: a column split would part them
+
+    def validate_architecture(self):
+        super().validate_architecture()
+        kv_heads = self.num_key_value_heads or self.num_attention_heads
+        for key, value in (("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", kv_heads)):
+            if value % 2:
+                raise ValueError(f"Motif pairs adjacent heads: {key} must be even, got {value}")
+
+
+@strict
+class MotifLowerConfig(MotifConfig):
+    model_type = MODEL_TYPE_LOWER
+
+
+# transformers' Auto registry pairs a model class with a config class by the config class's name
+MotifLowerConfig.__name__ = MotifConfig.__name__
+
+
+class PolyNorm(nn.Module):
+    """Motif's MLP activation: three weights and a bias (diff.poly_norm)."""
+
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.weight = nn.Parameter(torch.full((3,), 1 / 3))
+        self.bias = nn.Parameter(torch.zeros(1))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return poly_norm(x, self.weight, self.bias, self.eps)
+
+
+class MotifAttention(LlamaAttention):
+    """DIFF attention over adjacent head pairs; λ per layer (Eq. 2) with Motif's λ_init; subln with a weight."""
+
+    def __init__(self, config: MotifConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.lambda_init = motif_lambda_init(layer_idx)
+        self.lambda_q1 = nn.Parameter(torch.zeros(self.head_dim))
+        self.lambda_k1 = nn.Parameter(torch.zeros(self.head_dim))
+        self.lambda_q2 = nn.Parameter(torch.zeros(self.head_dim))
+        self.lambda_k2 = nn.Parameter(torch.zeros(self.head_dim))
+        self.subln = nn.RMSNorm(2 * self.head_dim, eps=config.attn_rms_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        attention_mask: torch.Tensor | None = None,
+        cache=None,
+        past_key_values=None,
+        **kwargs,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        # transformers 5.24 hands the KV cache over as `cache`, 5.19-5.23 as `past_key_values`
+        cache = cache if cache is not None else past_key_values
+        input_shape = hidden_states.shape[:-1]
+        hidden_shape = (*input_shape, -1, self.head_dim)
+
+        query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, N, T, d)
+        key_states = self.k_proj(hidden_states).view(hidden_shape).transpose(1, 2)  # (B, Nkv, T, d)
+        value_states = self.v_proj(hidden_states).view(hidden_shape).transpose(1, 2)
+
+        cos, sin = position_embeddings
+        query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+        if cache is not None:
+            key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
+        query_states, key_states, value_states = motif_maps(query_states, key_states, value_states)
+
+        attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
+        attn_output, attn_weights = attention_interface(
+            self,
+            query_states,
+            key_states,
+            value_states,
+            attention_mask,
+            dropout=0.0 if not self.training else self.attention_dropout,
+            scaling=self.scaling,
+            **kwargs,
+        )  # (B, T, N, 2d): heads [0, N/2) map 1, [N/2, N) map 2
+
+        half = attn_output.shape[2] // 2
+        lam = lambda_full(self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2, self.lambda_init)
+        heads = differential_heads(
+            attn_output[:, :, :half], attn_output[:, :, half:], lam.to(attn_output.dtype), self.lambda_init,
+            self.subln.eps, norm_weight=self.subln.weight,
+        )  # fmt: skip
+        attn_output = self.o_proj(heads.reshape(*input_shape, -1).contiguous())
+        return attn_output, attn_weights
+
+
+class MotifDecoderLayer(LlamaDecoderLayer):
+    def __init__(self, config: MotifConfig, layer_idx: int):
+        super().__init__(config, layer_idx)  # Llama's MLP with ACT2FN["poly_norm"] (`register`) is Motif's
+        self.self_attn = MotifAttention(config=config, layer_idx=layer_idx)
+
+
+class MotifPreTrainedModel(LlamaPreTrainedModel):
+    config_class = MotifConfig
+    config: MotifConfig
+    _no_split_modules = ["MotifDecoderLayer"]
+    _can_record_outputs = {"hidden_states": MotifDecoderLayer, "attentions": MotifAttention}
+
+    @torch.no_grad()
+    def _init_weights(self, module):
+        super()._init_weights(module)
+        if isinstance(module, PolyNorm):
+            module.weight.fill_(1 / 3)
+            module.bias.zero_()
+        elif isinstance(module, MotifAttention):
+            for name in ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2"):
+                getattr(module, name).normal_(0, 0.1)
+
+
+class MotifModel(MotifPreTrainedModel, LlamaModel):
+    def __init__(self, config: MotifConfig):
+        super().__init__(config)  # LlamaModel's modules, then its layers replaced by Motif's
+        self.layers = nn.ModuleList(
+            [MotifDecoderLayer(config, layer_idx) for layer_idx in range(config.num_hidden_layers)]
+        )
+        self.post_init()
+
+
+class MotifForCausalLM(MotifPreTrainedModel, LlamaForCausalLM):
+    def __init__(self, config: MotifConfig):
+        super().__init__(config)
+        self.model = MotifModel(config)
+        self.post_init()
+
+
+def register() -> None:
+    """Teach transformers' Auto classes both spellings of Motif's model type, and its activation registry PolyNorm
+    (Llama's MLP, down(act(gate(x)) ⊙ up(x)), builds `mlp.act_fn` from it); idempotent."""
+    ACT2FN["poly_norm"] = PolyNorm
+    for config_class in (MotifConfig, MotifLowerConfig):
+        AutoConfig.register(config_class.model_type, config_class, exist_ok=True)
+        AutoModelForCausalLM.register(config_class, MotifForCausalLM, exist_ok=True)
+
+
+__all__ = [
+    "MotifAttention",
+    "MotifConfig",
+    "MotifDecoderLayer",
+    "MotifForCausalLM",
+    "MotifLowerConfig",
+    "MotifModel",
+    "MotifPreTrainedModel",
+    "PolyNorm",
+    "register",
+]
