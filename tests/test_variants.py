@@ -75,12 +75,16 @@ def test_configs_map_to_their_variant(tiny_models):
     from transformers import AutoConfig
 
     from diffeval.models.diffllama2 import DiffLlama2Config
+    from diffeval.models.motif import MotifConfig, MotifLowerConfig
 
     assert variants.variant_of(AutoConfig.from_pretrained(tiny_models["diff"])) is variants.DIFF_V1
+    for config in (MotifConfig(architectures=None), MotifLowerConfig(architectures=None)):
+        assert variants.variant_of(config) is variants.MOTIF  # by either spelling of the model type
     assert variants.variant_of(AutoConfig.from_pretrained(tiny_models["base"])) is None
     assert variants.variant_of(DiffLlama2Config(num_attention_heads=4, num_key_value_heads=2)) is variants.DIFF_V2
     assert variants.of_architecture("DiffLlamaForCausalLM") is variants.DIFF_V1
     assert variants.vllm_architectures() == {
         "DiffLlamaForCausalLM": "diffeval.models.vllm_diffllama:DiffLlamaForCausalLM",
         "DiffLlama2ForCausalLM": "diffeval.models.vllm_diffllama2:DiffLlama2ForCausalLM",
+        "MotifForCausalLM": "diffeval.models.vllm_motif:MotifForCausalLM",
     }

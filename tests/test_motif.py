@@ -1,0 +1,229 @@
+"""Motif-2.6B (DIFF attention in adjacent head pairs + PolyNorm) on hf: diffeval's model class against an independent
+reference written from the published sources (tests/motif_reference.py, no shared code), in Motif's own checkpoint
+layout around a real tokenizer (Mistral-7B-v0.1's); the variant everywhere (inspect, attention analysis, outliers);
+the config and weights refusals; the CLI tasks. vLLM's side is in tests/test_vllm.py."""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import run_cli, run_cli_in_process
+from diffeval.models import diff
+from diffeval.models.hf import HFBackend
+from diffeval.models.loading import load_model
+from diffeval.models.spec import ModelSpec
+from motif_reference import POLYNORM_CASE, reference_logits, write_tiny_motif
+
+# name → the checkpoint's shape: MHA tied with Motif's own model-type spelling, GQA untied with the lower-case one
+SHAPES = {
+    "mha": dict(heads=4, kv_heads=4, tied=True, model_type="Motif", seed=1),
+    "gqa": dict(heads=8, kv_heads=2, hidden=128, tied=False, model_type="motif", seed=2),
+}
+
+
+@pytest.fixture(scope="module")
+def motif_models(tmp_path_factory) -> dict[str, Path]:
+    from real_checkpoints import mistral_tokenizer
+
+    tokenizer = mistral_tokenizer()
+    if isinstance(tokenizer, str):
+        pytest.skip(f"the Mistral tokenizer is unavailable: {tokenizer}")
+    root = tmp_path_factory.mktemp("motif")
+    return {name: write_tiny_motif(root / name, tokenizer, **shape) for name, shape in SHAPES.items()}
+
+
+def _ids(length: int, seed: int = 0) -> torch.Tensor:
+    return torch.randint(3, 32000, (2, length), generator=torch.Generator().manual_seed(seed))
+
+
+def test_polynorm_matches_the_published_case():
+    case = POLYNORM_CASE
+    got = diff.poly_norm(torch.tensor(case["input"]), torch.tensor(case["weight"]), torch.tensor([case["bias"]]))
+    torch.testing.assert_close(got, torch.tensor(case["expected"]), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_logits_match_the_independent_reference(motif_models, shape, impl):
+    loaded = load_model(ModelSpec("m", str(motif_models[shape])), "cpu")
+    assert type(loaded.model).__name__ == "MotifForCausalLM"
+    assert loaded.info.is_diff and loaded.info.diff_variant == "motif"
+    loaded.model.set_attn_implementation(impl)
+    ids = _ids(48)
+    with torch.inference_mode():
+        ours = loaded.model(input_ids=ids).logits.double()
+    gap = (ours - reference_logits(motif_models[shape], ids)).abs().max().item()
+    print(f"{shape} {impl}: max |Δ logit| = {gap:.2e}")
+    assert gap <= 1e-5
+
+
+def test_a_wrong_head_pairing_fails_the_comparison(motif_models, monkeypatch):
+    """The comparison can tell pairings apart: DiffLlama's halves (head i with i + N/2) instead of adjacent heads."""
+    import diffeval.models.motif as motif
+
+    def halves(query, key, value, heads_dim=1):
+        pairs = torch.cat(value.chunk(2, dim=heads_dim), dim=-1)
+        return query, key, torch.cat([pairs, pairs], dim=heads_dim)
+
+    monkeypatch.setattr(motif, "motif_maps", halves)
+    loaded = load_model(ModelSpec("m", str(motif_models["gqa"])), "cpu")
+    ids = _ids(16)
+    with torch.inference_mode():
+        ours = loaded.model(input_ids=ids).logits.double()
+    assert (ours - reference_logits(motif_models["gqa"], ids)).abs().max().item() > 1e-2
+
+
+def test_generation_through_the_kv_cache_is_a_llamas_cache_and_equals_full_forwards(motif_models):
+    loaded = load_model(ModelSpec("m", str(motif_models["gqa"])), "cpu")
+    model = loaded.model
+    ids = _ids(20)[:1]
+    with torch.inference_mode():
+        out = model.generate(ids, max_new_tokens=8, do_sample=False, return_dict_in_generate=True)
+        full = model(input_ids=out.sequences).logits[0, 19:-1].argmax(-1)
+    assert torch.equal(full, out.sequences[0, 20:])
+    assert out.past_key_values.layers[0].keys.shape[1] == SHAPES["gqa"]["kv_heads"]  # K and V once, Nkv heads
+
+
+def test_lambda_init_follows_motif_and_inspect_shows_the_variant(motif_models):
+    loaded = load_model(ModelSpec("m", str(motif_models["mha"])), "cpu")
+    rows = loaded.info.lambdas
+    assert [round(row["lambda_init"], 6) for row in rows] == [round(0.8 - 0.6 * 2.718281828459045**0.3, 6), 0.2]
+    attention = loaded.model.model.layers[1].self_attn.requires_grad_(False)
+    first = torch.exp((attention.lambda_q1 * attention.lambda_k1).sum())
+    expected = first - torch.exp((attention.lambda_q2 * attention.lambda_k2).sum()) + 0.2
+    assert rows[1]["lambda"] == pytest.approx(float(expected), abs=1e-6)
+    result = run_cli_in_process("models", "inspect", str(motif_models["mha"]))
+    assert result.returncode == 0, result.stderr
+    shown = " ".join(result.stdout.split())
+    assert "DIFF V1 (Motif)" in shown and "adjacent heads (2i, 2i + 1)" in shown and "λ_init" in shown
+
+
+def test_attention_analysis_splits_motif_maps(motif_models, tmp_path):
+    """A1 and A2 are map 1 (even query heads) and map 2 (odd), each a softmax (rows sum to 1); A1 − λ·A2 sums to
+    1 − λ of the layer."""
+    import numpy as np
+
+    from diffeval.tasks.attention import SEGMENTS, per_map_shares
+
+    backend = HFBackend(load_model(ModelSpec("m", str(motif_models["gqa"])), "cpu"))
+    ids = backend.encode("The grass is green. The sky is blue. The sun is yellow. Here we go.").ids
+    rows, segments = [len(ids) - 3, len(ids) - 1], [i % len(SEGMENTS) for i in range(len(ids))]
+    shares, lambdas = backend.attention_rows(ids, rows, segments, len(SEGMENTS))
+    config = backend.model.config
+    assert lambdas is None and shares.shape == (config.num_hidden_layers, config.num_attention_heads, 2, len(SEGMENTS))
+    maps = per_map_shares(shares, backend.info, None)
+    lam = np.array([row["lambda"] for row in backend.info.lambdas])
+    np.testing.assert_allclose(maps["A1"]["row_sum"], 1.0, atol=1e-5)
+    np.testing.assert_allclose(maps["diff"]["row_sum"], 1 - lam, atol=1e-5)
+    # map 1's head 0 is query head 0 over key head 0: its weights from the reference's q and k of layer 0
+    result = run_cli("run", "attention", "-m", f"motif={motif_models['gqa']}", "--ctx", "512", "--depths", "50",
+                     "--samples", "1", "--out", str(tmp_path / "attention"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    [record] = [json.loads(line) for line in (tmp_path / "attention" / "samples.jsonl").read_text().splitlines()]
+    assert record["is_diff"] and set(record["shares"]) == {"A1", "A2", "diff"}
+
+
+def test_attention_logit_instruments_run_on_motif(motif_models):
+    from diffeval.models.activations import logit_statistics, quantized_logits
+
+    loaded = load_model(ModelSpec("m", str(motif_models["mha"])), "cpu")
+    model, ids = loaded.model, _ids(24)[:1]
+    with torch.inference_mode():
+        reference = model(input_ids=ids).logits
+        with quantized_logits(model, 16):
+            unquantized = model(input_ids=ids).logits
+        with quantized_logits(model, 4):
+            coarse = model(input_ids=ids).logits
+        with logit_statistics(model) as stats:
+            model(input_ids=ids)
+    torch.testing.assert_close(unquantized, reference, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(coarse, reference, atol=1e-4)
+    heads = model.config.num_attention_heads
+    assert sorted(stats) == [0, 1] and all(s.count == heads * 24 * 25 // 2 for s in stats.values())
+
+
+def _copy(source: Path, folder: Path, tensors=None, config=None) -> Path:
+    shutil.copytree(source, folder)
+    if tensors is not None:
+        weights = load_file(folder / "model.safetensors")
+        tensors(weights)
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    if config is not None:
+        data = json.loads((folder / "config.json").read_text())
+        data.update(config)
+        (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
+def _refusal(folder: Path, out: Path) -> str:
+    result = run_cli_in_process("run", "needle", "-m", f"motif={folder}", "--ctx", "512", "--depths", "50",
+                                "--samples", "1", "--out", str(out))  # fmt: skip
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert not out.exists()
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"num_attention_heads": 1, "num_key_value_heads": 1}, "num_attention_heads must be even, got 1"),
+        ({"num_key_value_heads": 1}, "num_key_value_heads must be even, got 1"),
+        ({"num_attention_heads": 2, "num_key_value_heads": 2}, "(model [64, 64])"),
+        ({"kv_lora_rank": 512, "num_experts": 64}, "not supported yet: Motif-3"),
+        ({"num_noise_heads": 1}, "grouped differential attention (Motif-2-12.7B) is not supported yet"),
+        ({"hidden_act": "silu"}, "Motif's MLP is PolyNorm"),
+    ],
+)
+def test_configs_diffeval_cannot_run_exactly_are_one_line(motif_models, tmp_path, change, expected):
+    folder = _copy(motif_models["mha"], tmp_path / "changed", config=change)
+    line = _refusal(folder, tmp_path / "run")
+    assert expected in line and "model motif" in line
+
+
+@pytest.mark.parametrize("tensor", ["model.layers.1.mlp.act_fn.weight", "model.layers.0.self_attn.lambda_k2"])
+def test_weights_without_polynorm_or_lambda_tensors_are_refused(motif_models, tmp_path, tensor):
+    folder = _copy(motif_models["mha"], tmp_path / "missing", tensors=lambda weights: weights.pop(tensor))
+    line = _refusal(folder, tmp_path / "run")
+    assert f"do not match MotifForCausalLM (missing {tensor})" in line
+
+
+def test_needle_and_icl_run_on_motif_through_the_cli(motif_models, tmp_path):
+    from conftest import SHARED_DATASETS
+
+    out = tmp_path / "needle"
+    result = run_cli("run", "needle", "-m", f"motif={motif_models['gqa']}", "--ctx", "1k", "--depths", "0,100",
+                     "--samples", "1", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    run = json.loads((out / "run.json").read_text())
+    assert run["models"]["motif"]["is_diff"] and run["models"]["motif"]["diff_variant"] == "motif"
+    assert len((out / "samples.jsonl").read_text().splitlines()) == 2
+    data_dir = SHARED_DATASETS if (SHARED_DATASETS / "trec").is_dir() else "package:fixtures"
+    result = run_cli("run", "icl", "-m", f"motif={motif_models['gqa']}", "--ctx", "1k", "--dataset", "trec",
+                     "--shots", "4", "--orders", "random:1", "--test-size", "4", "--data-dir", str(data_dir),
+                     "--out", str(tmp_path / "icl"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "icl" / "samples.jsonl").read_text().splitlines()) == 4
+
+
+@pytest.mark.skipif(
+    not os.environ.get("DIFFEVAL_MOTIF_MODELING"),
+    reason="set DIFFEVAL_MOTIF_MODELING to a Motif modeling_motif.py (the hub's, not reachable here) to compare it",
+)
+def test_a_supplied_modeling_motif_agrees_with_diffeval(motif_models, tmp_path):
+    """`--trust-remote-code` runs a checkpoint's own modeling file: given one, its logits equal diffeval's class's."""
+    folder = _copy(motif_models["mha"], tmp_path / "remote")
+    shutil.copy(os.environ["DIFFEVAL_MOTIF_MODELING"], folder / "modeling_motif.py")
+    data = json.loads((folder / "config.json").read_text())
+    data["auto_map"] = {"AutoModelForCausalLM": "modeling_motif.MotifForCausalLM"}
+    (folder / "config.json").write_text(json.dumps(data))
+    ours = load_model(ModelSpec("m", str(motif_models["mha"])), "cpu").model
+    theirs = load_model(ModelSpec("m", str(folder)), "cpu", trust_remote_code=True).model
+    ids = _ids(32)
+    with torch.inference_mode():
+        torch.testing.assert_close(theirs(input_ids=ids).logits, ours(input_ids=ids).logits, atol=1e-5, rtol=1e-5)
