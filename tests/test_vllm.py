@@ -296,9 +296,10 @@ def test_the_builtin_pair_on_vllm_reproduces_the_reference_run(tmp_path):
         assert abs(gap) <= 0.01, cell
 
 
-def test_vllm_openai_server_serves_a_diff_checkpoint(tiny_models, tmp_path):
-    """`python -m vllm.entrypoints.openai.api_server` on toy-diff (the plugin registers DiffLlama in the server's
-    processes too); greedy /v1/completions against HF."""
+@pytest.mark.parametrize("model", ["toy-diff", "motif"])
+def test_vllm_openai_server_serves_a_diff_checkpoint(model, request, tmp_path):
+    """`python -m vllm.entrypoints.openai.api_server` on toy-diff and a tiny Motif (the plugin registers DiffLlama and
+    Motif in the server's processes too); greedy /v1/completions against HF."""
     import socket
 
     import httpx
@@ -306,9 +307,9 @@ def test_vllm_openai_server_serves_a_diff_checkpoint(tiny_models, tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    path = str(BUILTIN / "toy-diff")
+    path = str(BUILTIN / model) if model == "toy-diff" else str(request.getfixturevalue("motif_models")["motif-gqa"])
     server = subprocess.Popen(
-        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", "toy-diff",
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", model,
          "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
          "--kv-cache-memory-bytes", str(256 * 2**20), "--enforce-eager"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
@@ -323,10 +324,10 @@ def test_vllm_openai_server_serves_a_diff_checkpoint(tiny_models, tmp_path):
             except httpx.TransportError:
                 time.sleep(1)
         assert server.poll() is None, server.stderr.read()[-2000:]
-        hf = make_backend(ModelSpec("d", "toy-diff"), EngineSettings(device="cpu"), "hf")
+        hf = make_backend(ModelSpec("d", path), EngineSettings(device="cpu"), "hf")
         for prompt in ("The special magic number for Lisbon is: 4821937. The special magic number for Lisbon is:",
                        "Once upon a time"):  # fmt: skip
-            body = {"model": "toy-diff", "prompt": prompt, "max_tokens": 12, "temperature": 0}
+            body = {"model": model, "prompt": prompt, "max_tokens": 12, "temperature": 0}
             served = httpx.post(f"{url}/v1/completions", json=body, timeout=60).json()["choices"][0]["text"]
             [local] = hf.generate([hf.encode(prompt).ids], 12, [])
             assert served == local.text, (served, local.text)
@@ -482,3 +483,81 @@ def test_v2_kv_cache_is_a_llamas_with_h_kv_heads(v2_pair):
     budget = {name: _kv_cache_bytes(settings, info, "float32", "cpu") for name, info in
               {"v2": vllm.info, "llama": baseline, "v1": v1}.items()}  # fmt: skip
     assert budget["v2"] == budget["llama"] and budget["v1"] == 2 * budget["llama"]
+
+
+# Motif-2.6B's layout (diffeval's Motif for vLLM, models/vllm_motif.py) around the real Mistral tokenizer
+MOTIF_SHAPES = {
+    "motif-gqa": dict(heads=8, kv_heads=2, hidden=128, tied=False, model_type="motif", seed=2),
+    "motif-mha": dict(heads=4, kv_heads=4, tied=True, model_type="Motif", seed=1),
+}
+
+
+@pytest.fixture(scope="module")
+def motif_models(tmp_path_factory) -> dict[str, Path]:
+    from motif_reference import write_tiny_motif
+    from real_checkpoints import mistral_tokenizer
+
+    tokenizer = mistral_tokenizer()
+    if isinstance(tokenizer, str):
+        pytest.skip(f"the Mistral tokenizer is unavailable: {tokenizer}")
+    root = tmp_path_factory.mktemp("motif")
+    return {name: write_tiny_motif(root / name, tokenizer, **shape) for name, shape in MOTIF_SHAPES.items()}
+
+
+@pytest.fixture(scope="module", params=list(MOTIF_SHAPES))
+def motif_pair(request, motif_models):
+    spec = ModelSpec("m", str(motif_models[request.param]))
+    settings = EngineSettings(
+        device="cpu", dtype="float32", max_model_len=4096, batch_size=8, options=VLLMOptions(enforce_eager=True)
+    )
+    hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
+    yield hf, vllm
+    vllm.close()
+    hf.close()
+
+
+@pytest.mark.parametrize("length", [500, 2000])
+def test_motif_prompt_logprobs_match_hf(motif_pair, length):
+    test_prompt_logprobs_match_hf(motif_pair, length)
+
+
+def test_motif_greedy_generation_matches_hf(motif_pair):
+    test_v2_greedy_generation_matches_hf(motif_pair)
+
+
+def test_motif_prefix_cache_hit_gives_the_cold_logprobs(motif_pair):
+    test_a_prefix_cache_hit_gives_the_cold_logprobs(motif_pair)
+
+
+def test_motif_icl_block_reuse_reads_the_prefix_cache(motif_pair, monkeypatch):
+    test_choice_scores_match_hf_and_read_the_cached_prefix(motif_pair, monkeypatch)
+
+
+def test_motif_kv_cache_is_twice_a_llamas(motif_pair):
+    """Two attention layers per decoder layer (the even and the odd value heads), each with the Nkv key heads: the KV
+    cache diffeval plans for a Motif is twice a Llama's of the same shape, as the registry's factor says."""
+    from dataclasses import replace
+
+    from diffeval.models.vllm import _kv_cache_bytes
+
+    _, vllm = motif_pair
+    hf_config = vllm.llm.llm_engine.vllm_config.model_config.hf_config
+    runner = vllm.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+    specs = runner.get_kv_cache_spec()
+    layers = hf_config.num_hidden_layers
+    names = [f"model.layers.{i}.self_attn.attn_{half}" for i in range(layers) for half in ("even", "odd")]
+    assert sorted(specs) == sorted(names)
+    assert {(s.num_kv_heads, s.head_size) for s in specs.values()} == {(hf_config.num_key_value_heads, 32)}
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=16384, batch_size=8)  # above the floor
+    baseline = replace(vllm.info, is_diff=False, diff_variant=None, architecture="LlamaForCausalLM")
+    assert vllm.info.diff_variant == "motif"
+    motif, llama = (_kv_cache_bytes(settings, info, "float32", "cpu") for info in (vllm.info, baseline))
+    assert motif == 2 * llama
+
+
+def test_motif_needle_outputs_are_the_same_on_both_backends(motif_models, tmp_path):
+    path = motif_models["motif-gqa"]
+    args = ("run", "needle", "-m", f"motif={path}", "--ctx", "1k", "--depths", "0,50,100", "--samples", "1")
+    hf, vllm = _both_backends(tmp_path, *args)
+    assert hf.keys() == vllm.keys() and len(hf) == 3
+    assert all(hf[key]["output"] == vllm[key]["output"] for key in hf)
