@@ -1,14 +1,15 @@
 """GPU check: one command that checks diffeval on a GPU, prints what it checked and exits 1 when a check misses.
 
-Random-initialised 1B-class DiffLlama and Llama of the same shape (written below), bf16, on the real diffeval code.
+Random-initialised 1B-class DiffLlama, Motif (DIFF attention in adjacent head pairs, PolyNorm) and Llama of the same
+shape (written below), bf16, on the real diffeval code.
 Checks (limits in LIMITS below; the time budget in BUDGET_S, stated when it starts and checked when it ends):
 1. needle at 8K, 32K and 64K, 10 samples per model (depth 50 %, N = R = 1) on `hf` (sdpa, and flash_attention_2
    where flash-attn is installed) and on `vllm` (eager engines): seconds per sample, DIFF ÷ baseline at most
-   `needle_ratio` at every length;
+   `needle_ratio` at every length, for each DIFF model;
 2. the attention analysis (`run attention`'s per-sample work) at the longest length: its peak memory at most
    `attention_memory_ratio` times a plain forward's over the same prompt (GPU memory on CUDA; on CPU, in --smoke,
    the process's peak RSS, reset between the two through /proc/self/clear_refs);
-3. hf against vLLM on 16 prompts of 4K: the mean absolute prompt log-prob difference of the DIFF model at most
+3. hf against vLLM on 16 prompts of 4K: the mean absolute prompt log-prob difference of each DIFF model at most
    `logprob_gap_multiple` times the baseline's, measured in the same run (the engines' own noise floor for this
    shape and dtype), or below `logprob_gap_floor` outright. Greedy agreement is printed, not checked: random models
    have near-ties where engines may legitimately differ.
@@ -57,7 +58,8 @@ SHAPES = {
 }
 CONTEXTS = {"gpu": [8192, 32768, 65536], "smoke": [1024, 2048]}
 AGREEMENT_LENGTH = {"gpu": 4096, "smoke": 512}
-BUDGET_S = {"gpu": 600, "smoke": 120}  # the whole check, model building and engine starts included
+BUDGET_S = {"gpu": 600, "smoke": 180}  # the whole check, model building and engine starts included
+DIFF_KINDS = ("diff", "motif")  # each checked against the baseline "base"
 LIMITS = {
     # a DIFF head computes two attention maps over a double-width V: about twice a baseline head's attention work
     "needle_ratio": 3.0,
@@ -71,7 +73,10 @@ LIMITS = {
 def build_pair(root: Path, shape: dict) -> dict[str, Path]:
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
+    from diffeval.models.loading import register_variants
     from diffeval.models.tiny import tiny_config
+
+    register_variants()  # Motif's classes, which transformers does not ship
 
     texts = (
         [" ".join(NOISE_SENTENCES)] * 20
@@ -81,7 +86,7 @@ def build_pair(root: Path, shape: dict) -> dict[str, Path]:
     train_tokenizer(texts, 2000, root / "tok")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(root / "tok")
     paths = {}
-    for kind in ("diff", "base"):
+    for kind in DIFF_KINDS + ("base",):
         torch.manual_seed(0)
         config = tiny_config(kind, len(tokenizer), **shape)
         device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -219,10 +224,11 @@ def main() -> None:
             label = f"hf ({impl})" if backend == "hf" else "vllm (eager)"
             seconds = needle_seconds(paths, contexts, backend, impl, root / f"run-{backend}-{impl}")
             for ctx in contexts:
-                diff, base = seconds[("diff", ctx)], seconds[("base", ctx)]
-                check(f"needle {ctx // 1024}K on {label}: DIFF ÷ baseline s/sample", diff / base,
-                      LIMITS["needle_ratio"], f"{diff:.3f} / {base:.3f} = {diff / base:.2f}")  # fmt: skip
-        for kind in ("diff", "base"):
+                for kind in DIFF_KINDS:
+                    diff, base = seconds[(kind, ctx)], seconds[("base", ctx)]
+                    check(f"needle {ctx // 1024}K on {label}: {kind} ÷ baseline s/sample", diff / base,
+                          LIMITS["needle_ratio"], f"{diff:.3f} / {base:.3f} = {diff / base:.2f}")  # fmt: skip
+        for kind in DIFF_KINDS + ("base",):
             analysis, plain = attention_memory(paths[kind], contexts[-1], device)
             unit = "GiB GPU" if device == "cuda" else "GiB peak RSS"
             check(f"attention analysis at {contexts[-1] // 1024}K, {kind}: peak ÷ plain forward ({unit})",
@@ -230,15 +236,17 @@ def main() -> None:
                   f"{analysis:.2f} / {plain:.2f} = {analysis / plain:.2f}")  # fmt: skip
         if has_vllm:
             length = AGREEMENT_LENGTH[mode]
-            found = {kind: vllm_agreement(paths[kind], 16, length) for kind in ("diff", "base")}
-            (same_diff, gap_diff), (same_base, gap_base) = found["diff"], found["base"]
+            found = {kind: vllm_agreement(paths[kind], 16, length) for kind in DIFF_KINDS + ("base",)}
+            same_base, gap_base = found["base"]
             allowed = max(LIMITS["logprob_gap_multiple"] * gap_base, LIMITS["logprob_gap_floor"])
-            checks.append((f"hf vs vllm at {length} tokens: mean abs log-prob difference of DIFF (baseline: floor)",
-                           f"{gap_diff:.2e} (baseline {gap_base:.2e})",
-                           f"≤ max({LIMITS['logprob_gap_multiple']:g} x baseline, {LIMITS['logprob_gap_floor']:g})"
-                           f" = {allowed:.2e}", gap_diff <= allowed))  # fmt: skip
-            checks.append(("hf vs vllm: identical greedy continuations, DIFF / baseline",
-                           f"{same_diff}/16 / {same_base}/16", "printed, not checked", None))  # fmt: skip
+            for kind in DIFF_KINDS:
+                same_diff, gap_diff = found[kind]
+                checks.append((f"hf vs vllm at {length} tokens: mean abs log-prob difference of {kind} (baseline: "
+                               "floor)", f"{gap_diff:.2e} (baseline {gap_base:.2e})",
+                               f"≤ max({LIMITS['logprob_gap_multiple']:g} x baseline, {LIMITS['logprob_gap_floor']:g})"
+                               f" = {allowed:.2e}", gap_diff <= allowed))  # fmt: skip
+                checks.append((f"hf vs vllm: identical greedy continuations, {kind} / baseline",
+                               f"{same_diff}/16 / {same_base}/16", "printed, not checked", None))  # fmt: skip
         else:
             checks.append(("hf vs vllm", "not measured (vLLM not installed or --no-vllm)", "", None))
     elapsed = time.perf_counter() - started

@@ -54,6 +54,9 @@ class MotifConfig(LlamaConfig):
     model_type = MODEL_TYPE
     base_model_tp_plan = None  # a differential head's two maps are adjacent heads: a column split would part them
 
+    hidden_act: str = "poly_norm"
+    attn_rms_norm_eps: float = 1e-5  # subln's eps when a config leaves it out (mlx-motif's default)
+
     def validate_architecture(self):
         super().validate_architecture()
         kv_heads = self.num_key_value_heads or self.num_attention_heads

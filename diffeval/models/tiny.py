@@ -1,4 +1,4 @@
-"""Tiny Llama / DiffLlama / DiffLlama2 (DIFF V2) checkpoints and byte-level BPE tokenizers built offline (tests,
+"""Tiny Llama / DiffLlama / DiffLlama2 (DIFF V2) / Motif checkpoints and byte-level BPE tokenizers built offline (tests,
 benchmarks, toy pair)."""
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, 
 from transformers import DiffLlamaConfig, DiffLlamaForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from diffeval.models.diffllama2 import DiffLlama2Config, DiffLlama2ForCausalLM
+from diffeval.models.motif import MotifConfig, MotifForCausalLM
 
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 # kind → (config class, model class); any other kind builds the Llama baseline
 KINDS = {
     "diff": (DiffLlamaConfig, DiffLlamaForCausalLM),
     "diff2": (DiffLlama2Config, DiffLlama2ForCausalLM),
+    "motif": (MotifConfig, MotifForCausalLM),
     "base": (LlamaConfig, LlamaForCausalLM),
 }
 
