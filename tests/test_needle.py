@@ -173,10 +173,29 @@ def load_tokenizer_for(path):
     return load_tokenizer(ModelSpec("m", str(path)))
 
 
-def test_generation_stops_at_blank_line():
+def test_generation_stops_at_the_first_blank_line_after_the_answer_begins():
     from diffeval.models.tokenizer import cut_at_stop
 
     assert cut_at_stop(" 1234567.\n\nNext question", needle.STOP) == " 1234567."
+    # a real chat model (SmolLM2-135M-Instruct) opens its list of numbers with a blank line
+    assert cut_at_stop("\n\n- 6165250\n- 5464442\n\nThat is all.", needle.STOP) == "\n\n- 6165250\n- 5464442"
+    assert cut_at_stop(" \n\n", needle.STOP) == " \n\n" and cut_at_stop("", needle.STOP) == ""
+
+
+def test_both_engines_count_new_tokens_through_the_one_that_ends_the_answer(tiny_models):
+    """The token count by the rule, whatever the engine generated past the stop: the fewest tokens whose text ends
+    the answer."""
+    from diffeval.models.tokenizer import HFTokenizer, cut_at_stop, tokens_through_stop
+
+    decoder = HFTokenizer(load_tokenizer_for(tiny_models["diff"]))
+    prompt = decoder.encode("The number is:").ids
+    generated = decoder.encode("\n\n 1234567.\n\nNext question and more", special_tokens=False).ids
+    kept = tokens_through_stop(decoder, prompt, generated, needle.STOP, set())
+    text = decoder.decode_continuation(prompt, kept, set())
+    assert cut_at_stop(text, needle.STOP) == "\n\n 1234567." and text.endswith("\n\n") and len(kept) < len(generated)
+    shorter = decoder.decode_continuation(prompt, kept[:-1], set())
+    assert cut_at_stop(shorter, needle.STOP) == shorter  # one token fewer, and the answer has not ended
+    assert tokens_through_stop(decoder, prompt, generated[:3], needle.STOP, set()) == generated[:3]
 
 
 def test_chat_template_prompt_fits_budget(tiny_models):

@@ -14,13 +14,14 @@ import inspect
 import time
 
 import torch
+from transformers import StoppingCriteria
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.capture import capturing
 from diffeval.models.loading import LoadedModel, check_attn_impl, load_model, load_tokenizer
 from diffeval.models.spec import ModelInfo, ModelSpec
-from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
+from diffeval.models.tokenizer import HFTokenizer, answer_end, cut_at_stop, tokens_through_stop
 
 
 class HFBackend:
@@ -99,15 +100,15 @@ class HFBackend:
         batch = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True)
         batch = {k: v.to(self.device) for k, v in batch.items()}
         # greedy and nothing else: the model's generation_config is diffeval's own (load_model)
+        decoder, width = HFTokenizer(self.tokenizer), batch["input_ids"].shape[1]
+        ended = _AnswerEnded(decoder, prompts, width, stop, self.stop_ids) if stop else None
         output = self.model.generate(
-            **batch, max_new_tokens=max_new_tokens, do_sample=False, stop_strings=stop or None, tokenizer=self.tokenizer
+            **batch, max_new_tokens=max_new_tokens, do_sample=False, stopping_criteria=[ended] if ended else None
         )
         seconds = (time.perf_counter() - start) / len(prompts)
-        new = output[:, batch["input_ids"].shape[1] :]
         results = []
-        decoder = HFTokenizer(self.tokenizer)
-        for prompt, row in zip(prompts, new.tolist()):
-            row = _through_stop(row, self.stop_ids)
+        for prompt, row in zip(prompts, output[:, width:].tolist()):
+            row = tokens_through_stop(decoder, prompt, _through_stop(row, self.stop_ids), stop, self.stop_ids)
             text = decoder.decode_continuation(prompt, row, self.stop_ids)
             results.append(Generation(cut_at_stop(text, stop), len(row), seconds, batch=len(prompts)))
         return results
@@ -198,6 +199,22 @@ def _continuation_logprob(logits: torch.Tensor, targets: list[int]) -> float:
     """Sum of log P(targets[i]) under logits[i] (row i predicts target i)."""
     logprobs = torch.log_softmax(logits.float(), dim=-1)
     return float(logprobs[torch.arange(len(targets)), torch.tensor(targets, device=logits.device)].sum())
+
+
+class _AnswerEnded(StoppingCriteria):
+    """Stops each row once its answer has ended by the rule every engine applies (tokenizer.answer_end): a stop
+    string counts only after the answer has begun, which transformers' own stop strings cannot express."""
+
+    def __init__(self, decoder: HFTokenizer, prompts: list[list[int]], width: int, stop: list[str], stop_ids):
+        self.decoder, self.prompts, self.width, self.stop, self.stop_ids = decoder, prompts, width, stop, stop_ids
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        ended = [
+            answer_end(self.decoder.decode_continuation(prompt, _through_stop(row, self.stop_ids), self.stop_ids),
+                       self.stop) is not None
+            for prompt, row in zip(self.prompts, input_ids[:, self.width :].tolist())
+        ]  # fmt: skip
+        return torch.tensor(ended, dtype=torch.bool, device=input_ids.device)
 
 
 def _through_stop(row: list[int], stop_ids: set[int]) -> list[int]:

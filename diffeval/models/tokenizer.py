@@ -53,10 +53,36 @@ def check_chat_template(tokenizer, model: str) -> None:
         raise InputError(f"model {model} has no chat template in its tokenizer: leave out --chat-template")
 
 
+def answer_end(text: str, stop: list[str]) -> int | None:
+    """Where an answer ends: the first stop string after the answer has begun (after its first non-whitespace
+    character), or None. A stop string before any text does not end it: chat models often open a list with a blank
+    line ("\n\n- 6165250\n- …"), which a plain first-match rule would read as an empty answer."""
+    begun = len(text) - len(text.lstrip())
+    found = [i for i in (text.find(s, begun + 1) for s in stop) if i >= 0]
+    return min(found) if found else None
+
+
 def cut_at_stop(text: str, stop: list[str]) -> str:
-    """Text up to the first stop string (engines stop after the token that completes it)."""
-    cut = min((text.find(s) for s in stop if s in text), default=len(text))
-    return text[:cut]
+    """Text up to where the answer ends (`answer_end`)."""
+    end = answer_end(text, stop)
+    return text if end is None else text[:end]
+
+
+def tokens_through_stop(
+    decoder: HFTokenizer, prompt: list[int], generated: list[int], stop: list[str], stop_ids
+) -> list[int]:
+    """The generated ids through the one that completes the answer's stop string (engines generate past it, or stop
+    there); all of them when the answer never ends that way. Every engine counts its new tokens by this one rule."""
+    if not stop or answer_end(decoder.decode_continuation(prompt, generated, stop_ids), stop) is None:
+        return generated
+    low, high = 1, len(generated)  # the answer has ended by `high` tokens; find the fewest that end it
+    while low < high:
+        middle = (low + high) // 2
+        if answer_end(decoder.decode_continuation(prompt, generated[:middle], stop_ids), stop) is None:
+            low = middle + 1
+        else:
+            high = middle
+    return generated[:low]
 
 
 class PromptTokenizer:

@@ -27,7 +27,7 @@ from diffeval.models import gguf
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.loading import describe, load_config, load_tokenizer, stop_token_ids
 from diffeval.models.spec import ModelInfo, ModelSpec
-from diffeval.models.tokenizer import HFTokenizer, cut_at_stop
+from diffeval.models.tokenizer import HFTokenizer, cut_at_stop, tokens_through_stop
 from diffeval.models.variants import of_architecture, vllm_architectures
 from diffeval.models.vllm_options import VLLMOptions
 
@@ -141,22 +141,20 @@ class VLLMBackend:
         params = SamplingParams(
             temperature=0.0,
             max_tokens=max_new_tokens,
-            stop=stop or None,
+            # no stop strings: vLLM's stop at the first match, even before any text, is not diffeval's rule; the answer
+            # is cut by it below (tokenizer.answer_end), its tokens counted through the one that ends it
             stop_token_ids=self.stop_ids,
             skip_special_tokens=True,
         )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         seconds = (time.perf_counter() - start) / len(prompts)
         # the text comes from the token ids by diffeval's rule (as on hf), not from vLLM's incremental detokenizer
-        return [
-            Generation(
-                cut_at_stop(self.tokenizer.decode_continuation(p, list(o.outputs[0].token_ids), self.stop_ids), stop),
-                len(o.outputs[0].token_ids),
-                seconds,
-                batch=len(prompts),  # submitted together; vLLM's scheduler batches them
-            )
-            for p, o in zip(prompts, outputs)
-        ]
+        results = []
+        for prompt, output in zip(prompts, outputs):
+            row = tokens_through_stop(self.tokenizer, prompt, list(output.outputs[0].token_ids), stop, self.stop_ids)
+            text = cut_at_stop(self.tokenizer.decode_continuation(prompt, row, self.stop_ids), stop)
+            results.append(Generation(text, len(row), seconds, batch=len(prompts)))  # vLLM's scheduler batches them
+        return results
 
     def score_choices(
         self, prefix: list[int], queries: list[list[int]], choices: list[list[list[int]]], reuse: bool = True
