@@ -59,7 +59,7 @@ SHAPES = {
 CONTEXTS = {"gpu": [8192, 32768, 65536], "smoke": [1024, 2048]}
 AGREEMENT_LENGTH = {"gpu": 4096, "smoke": 512}
 BUDGET_S = {"gpu": 600, "smoke": 180}  # the whole check, model building and engine starts included
-DIFF_KINDS = ("diff", "motif")  # each checked against the baseline "base"
+DIFF_KINDS = ("diff", "diff-motif")  # each checked against the baseline "base"
 LIMITS = {
     # a DIFF head computes two attention maps over a double-width V: about twice a baseline head's attention work
     "needle_ratio": 3.0,

@@ -322,6 +322,9 @@ def models_inspect(
     if variant:
         described = [("variant", variant.title), ("head pairing", variant.head_layout)]
         described += [("λ", variant.lambda_form), ("norm", variant.norm)]
+    if info.noise_heads:  # grouped differential attention: each group's signal heads share one noise head
+        signal = (info.heads - info.noise_heads) // info.noise_heads
+        described.append(("head groups", f"{info.noise_heads} groups of {signal} signal heads and 1 noise head"))
     for label, value in (
         ("class", info.architecture),
         ("DIFF", f"yes ({info.diff_variant or 'declared'})" if info.is_diff else "no (baseline)"),

@@ -23,6 +23,10 @@ from motif_reference import POLYNORM_CASE, reference_logits, write_tiny_motif
 SHAPES = {
     "mha": dict(heads=4, kv_heads=4, tied=True, model_type="Motif", seed=1),
     "gqa": dict(heads=8, kv_heads=2, hidden=128, tied=False, model_type="motif", seed=2),
+    # grouped differential attention (Motif-2-12.7B's layout): R = 4 signal heads per noise head, one KV pair per
+    # group; and R = 2 with two groups per KV pair; N not a multiple of N_kv in the first (as 40 over 16 heads)
+    "gda": dict(heads=10, kv_heads=4, noise_heads=2, tied=False, seed=3),
+    "gda-shared-pairs": dict(heads=12, kv_heads=4, noise_heads=4, seed=4),
 }
 
 
@@ -66,9 +70,10 @@ def test_a_wrong_head_pairing_fails_the_comparison(motif_models, monkeypatch):
     """The comparison can tell pairings apart: DiffLlama's halves (head i with i + N/2) instead of adjacent heads."""
     import diffeval.models.motif as motif
 
-    def halves(query, key, value, heads_dim=1):
-        pairs = torch.cat(value.chunk(2, dim=heads_dim), dim=-1)
-        return query, key, torch.cat([pairs, pairs], dim=heads_dim)
+    def halves(query, key, value, noise_heads=None):
+        groups = query.shape[1] // key.shape[1]
+        pairs = torch.cat(value.chunk(2, dim=1), dim=-1)
+        return query, key.repeat_interleave(groups, 1), torch.cat([pairs, pairs], 1).repeat_interleave(groups, 1)
 
     monkeypatch.setattr(motif, "motif_maps", halves)
     loaded = load_model(ModelSpec("m", str(motif_models["gqa"])), "cpu")
@@ -76,6 +81,31 @@ def test_a_wrong_head_pairing_fails_the_comparison(motif_models, monkeypatch):
     with torch.inference_mode():
         ours = loaded.model(input_ids=ids).logits.double()
     assert (ours - reference_logits(motif_models["gqa"], ids)).abs().max().item() > 1e-2
+
+
+@pytest.mark.parametrize(
+    "wrong",
+    [
+        pytest.param(dict(noise_repeat="tile"), id="noise-tiled-over-the-signal-heads"),
+        pytest.param("flipped", id="noise-head-first-in-each-group"),
+    ],
+)
+def test_a_wrong_repeat_or_grouping_fails_the_comparison(motif_models, monkeypatch, wrong):
+    """GDA's noise output meets the signal heads of its own group (interleaved, not tiled), and the noise head is the
+    last of each group: the comparison tells either mistake apart."""
+    import diffeval.models.motif as motif
+
+    folder, ids = motif_models["gda"], _ids(16)
+    if wrong == "flipped":
+        right = motif.motif_maps
+        monkeypatch.setattr(motif, "motif_maps", lambda q, k, v, noise: right(q.flip(1), k, v, noise))
+        reference = reference_logits(folder, ids)
+    else:
+        reference = reference_logits(folder, ids, **wrong)
+    loaded = load_model(ModelSpec("m", str(folder)), "cpu")
+    with torch.inference_mode():
+        ours = loaded.model(input_ids=ids).logits.double()
+    assert (ours - reference).abs().max().item() > 1e-2
 
 
 def test_generation_through_the_kv_cache_is_a_llamas_cache_and_equals_full_forwards(motif_models):
@@ -101,27 +131,31 @@ def test_lambda_init_follows_motif_and_inspect_shows_the_variant(motif_models):
     assert result.returncode == 0, result.stderr
     shown = " ".join(result.stdout.split())
     assert "DIFF V1 (Motif)" in shown and "adjacent heads (2i, 2i + 1)" in shown and "λ_init" in shown
+    result = run_cli_in_process("models", "inspect", str(motif_models["gda"]))
+    shown = " ".join(result.stdout.split())
+    assert result.returncode == 0 and "2 groups of 4 signal heads and 1 noise head" in shown, shown
 
 
-def test_attention_analysis_splits_motif_maps(motif_models, tmp_path):
+@pytest.mark.parametrize("shape", ["gqa", "gda"])
+def test_attention_analysis_splits_motif_maps(motif_models, tmp_path, shape):
     """A1 and A2 are map 1 (even query heads) and map 2 (odd), each a softmax (rows sum to 1); A1 − λ·A2 sums to
     1 − λ of the layer."""
     import numpy as np
 
     from diffeval.tasks.attention import SEGMENTS, per_map_shares
 
-    backend = HFBackend(load_model(ModelSpec("m", str(motif_models["gqa"])), "cpu"))
+    backend = HFBackend(load_model(ModelSpec("m", str(motif_models[shape])), "cpu"))
     ids = backend.encode("The grass is green. The sky is blue. The sun is yellow. Here we go.").ids
     rows, segments = [len(ids) - 3, len(ids) - 1], [i % len(SEGMENTS) for i in range(len(ids))]
     shares, lambdas = backend.attention_rows(ids, rows, segments, len(SEGMENTS))
     config = backend.model.config
-    assert lambdas is None and shares.shape == (config.num_hidden_layers, config.num_attention_heads, 2, len(SEGMENTS))
+    # map 1: one row per signal head; map 2: its group's noise head, repeated over the group (2 × S heads in all)
+    assert lambdas is None and shares.shape == (config.num_hidden_layers, 2 * config.signal_heads, 2, len(SEGMENTS))
     maps = per_map_shares(shares, backend.info, None)
     lam = np.array([row["lambda"] for row in backend.info.lambdas])
     np.testing.assert_allclose(maps["A1"]["row_sum"], 1.0, atol=1e-5)
     np.testing.assert_allclose(maps["diff"]["row_sum"], 1 - lam, atol=1e-5)
-    # map 1's head 0 is query head 0 over key head 0: its weights from the reference's q and k of layer 0
-    result = run_cli("run", "attention", "-m", f"motif={motif_models['gqa']}", "--ctx", "512", "--depths", "50",
+    result = run_cli("run", "attention", "-m", f"motif={motif_models[shape]}", "--ctx", "512", "--depths", "50",
                      "--samples", "1", "--out", str(tmp_path / "attention"))  # fmt: skip
     assert result.returncode == 0, result.stderr
     [record] = [json.loads(line) for line in (tmp_path / "attention" / "samples.jsonl").read_text().splitlines()]
@@ -172,11 +206,13 @@ def _refusal(folder: Path, out: Path) -> str:
 @pytest.mark.parametrize(
     ("change", "expected"),
     [
-        ({"num_attention_heads": 1, "num_key_value_heads": 1}, "num_attention_heads must be even, got 1"),
+        ({"num_attention_heads": 3, "num_key_value_heads": 2}, "num_attention_heads must be even, got 3"),
         ({"num_key_value_heads": 1}, "num_key_value_heads must be even, got 1"),
+        ({"num_noise_heads": 3}, "num_noise_heads 3 does not divide the 1 signal heads"),
+        ({"num_noise_heads": 1}, "num_noise_heads 1 is not a multiple of the 2 key/value pairs"),
+        ({"num_noise_heads": 2, "k_ratio": 2}, "k_ratio 2 is not supported"),
         ({"num_attention_heads": 2, "num_key_value_heads": 2}, "(model [64, 64])"),
         ({"kv_lora_rank": 512, "num_experts": 64}, "not supported yet: Motif-3"),
-        ({"num_noise_heads": 1}, "grouped differential attention (Motif-2-12.7B) is not supported yet"),
         ({"hidden_act": "silu"}, "Motif's MLP is PolyNorm"),
     ],
 )

@@ -489,6 +489,8 @@ def test_v2_kv_cache_is_a_llamas_with_h_kv_heads(v2_pair):
 MOTIF_SHAPES = {
     "motif-gqa": dict(heads=8, kv_heads=2, hidden=128, tied=False, model_type="motif", seed=2),
     "motif-mha": dict(heads=4, kv_heads=4, tied=True, model_type="Motif", seed=1),
+    # grouped differential attention (Motif-2-12.7B's layout): 8 signal and 2 noise heads over 2 KV pairs
+    "motif-gda": dict(heads=10, kv_heads=4, noise_heads=2, seed=3),
 }
 
 
@@ -534,8 +536,9 @@ def test_motif_icl_block_reuse_reads_the_prefix_cache(motif_pair, monkeypatch):
 
 
 def test_motif_kv_cache_is_twice_a_llamas(motif_pair):
-    """Two attention layers per decoder layer (the even and the odd value heads), each with the Nkv key heads: the KV
-    cache diffeval plans for a Motif is twice a Llama's of the same shape, as the registry's factor says."""
+    """Four attention layers per decoder layer (signal heads over the even keys, noise heads over the odd keys, each
+    with the even and the odd value heads), each with the N_kv / 2 KV pairs: the KV cache diffeval plans for a Motif
+    is twice a Llama's of the same shape, as the registry's factor says."""
     from dataclasses import replace
 
     from diffeval.models.vllm import _kv_cache_bytes
@@ -545,9 +548,11 @@ def test_motif_kv_cache_is_twice_a_llamas(motif_pair):
     runner = vllm.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
     specs = runner.get_kv_cache_spec()
     layers = hf_config.num_hidden_layers
-    names = [f"model.layers.{i}.self_attn.attn_{half}" for i in range(layers) for half in ("even", "odd")]
-    assert sorted(specs) == sorted(names)
-    assert {(s.num_kv_heads, s.head_size) for s in specs.values()} == {(hf_config.num_key_value_heads, 32)}
+    maps = [f"{m}_{v}" for m in ("signal", "noise") for v in ("even", "odd")]
+    assert sorted(specs) == sorted(f"model.layers.{i}.self_attn.attn.{m}" for i in range(layers) for m in maps)
+    assert {(s.num_kv_heads, s.head_size) for s in specs.values()} == {(hf_config.num_key_value_heads // 2, 32)}
+    per_token = sum(s.page_size_bytes for s in specs.values()) // next(iter(specs.values())).block_size
+    assert per_token == 2 * (layers * 2 * hf_config.num_key_value_heads * 32 * 4)  # twice a Llama's K and V
     settings = EngineSettings(device="cpu", dtype="float32", max_model_len=16384, batch_size=8)  # above the floor
     baseline = replace(vllm.info, is_diff=False, diff_variant=None, architecture="LlamaForCausalLM")
     assert vllm.info.diff_variant == "motif"
@@ -555,8 +560,9 @@ def test_motif_kv_cache_is_twice_a_llamas(motif_pair):
     assert motif == 2 * llama
 
 
-def test_motif_needle_outputs_are_the_same_on_both_backends(motif_models, tmp_path):
-    path = motif_models["motif-gqa"]
+@pytest.mark.parametrize("shape", ["motif-gqa", "motif-gda"])
+def test_motif_needle_outputs_are_the_same_on_both_backends(motif_models, tmp_path, shape):
+    path = motif_models[shape]
     args = ("run", "needle", "-m", f"motif={path}", "--ctx", "1k", "--depths", "0,50,100", "--samples", "1")
     hf, vllm = _both_backends(tmp_path, *args)
     assert hf.keys() == vllm.keys() and len(hf) == 3

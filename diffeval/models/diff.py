@@ -54,27 +54,38 @@ def motif_lambda_init(layer_idx: int) -> float:
     return 0.8 - 0.6 * math.exp(-0.3 * (layer_idx - 1))
 
 
-def motif_maps(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, heads_dim: int = 1):
-    """Motif's adjacent head pairs in DiffLlama's layout, for one attention call over both maps.
+def motif_maps(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, noise_heads: int | None = None):
+    """Motif's head groups in DiffLlama's layout, for one attention call over both maps (heads on dim 1).
 
-    query (…, N, …), key and value (…, Nkv, …) with heads on `heads_dim`: map 1 reads the even heads, map 2 the odd
-    ones. Returns the queries as [even | odd] (N heads: [0, N/2) map 1, [N/2, N) map 2), the keys likewise (Nkv), and
-    each KV pair's value [v_2g | v_2g+1] (double width, last dim) repeated for both maps (Nkv heads). The usual GQA
-    grouping (query head j reads KV head j // (N / Nkv)) then pairs map-1 queries with even keys and map-2 queries with
-    odd keys, exactly as the published model groups each map."""
+    query (B, N, T, d), key and value (B, N_kv, T, d). The N query heads form G = `noise_heads` groups of R + 1
+    consecutive heads, R = (N − G)/G signal heads then one noise head (grouped differential attention, Motif-2-12.7B);
+    G = N/2 (R = 1, adjacent pairs: map 1 the even heads, map 2 the odd ones) is Motif-2.6B. The KV heads pair up,
+    (2p, 2p + 1), and every head of group g reads pair p = g // (G / (N_kv/2)): signal heads the even key, the noise
+    head the odd one, each map over the pair's double-width value [v_2p | v_2p+1].
 
-    def even_odd(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        index = torch.arange(x.shape[heads_dim], device=x.device)
-        return x.index_select(heads_dim, index[0::2]), x.index_select(heads_dim, index[1::2])
+    Returns 2S heads (S = N − G signal heads) of queries, keys and values, one key per query (no GQA grouping left):
+    [0, S) is map 1, signal head j, and [S, 2S) map 2, the noise head of j's group repeated over its R signal heads,
+    as a DIFF map splits in DiffLlama (`split_differential`). The repeat interleaves: signal head j meets noise head
+    j // R, never j % G."""
+    heads, kv_heads = query.shape[1], key.shape[1]
+    groups = noise_heads or heads // 2
+    per_group = (heads - groups) // groups  # R
+    pairs_per_group = groups // (kv_heads // 2)  # groups that read one KV pair
+    signal = [g * (per_group + 1) + s for g in range(groups) for s in range(per_group)]
+    group_of = [j // per_group for j in range(len(signal))]
+    noise = [g * (per_group + 1) + per_group for g in group_of]
+    pair = [g // pairs_per_group for g in group_of]
 
-    q_even, q_odd = even_odd(query)
-    k_even, k_odd = even_odd(key)
-    v_even, v_odd = even_odd(value)
-    pairs = torch.cat([v_even, v_odd], dim=-1)
+    def pick(x: torch.Tensor, index: list[int]) -> torch.Tensor:
+        return x.index_select(1, torch.tensor(index, device=x.device))
+
+    pairs = torch.cat(
+        [pick(value, [2 * p for p in range(kv_heads // 2)]), pick(value, [2 * p + 1 for p in range(kv_heads // 2)])], -1
+    )
     return (
-        torch.cat([q_even, q_odd], dim=heads_dim),
-        torch.cat([k_even, k_odd], dim=heads_dim),
-        torch.cat([pairs, pairs], dim=heads_dim),
+        pick(query, signal + noise),
+        pick(key, [2 * p for p in pair] + [2 * p + 1 for p in pair]),
+        pick(pairs, pair + pair),
     )
 
 

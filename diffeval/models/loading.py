@@ -205,24 +205,18 @@ def check_diff_keys(spec: ModelSpec, config) -> None:
 
 
 # keys that mark the Motif checkpoints diffeval does not run yet (they share the architecture `MotifForCausalLM`):
-# Motif-3's latent attention, experts and hyper-connections, and Motif-2-12.7B's grouped differential attention
+# Motif-3's latent attention, experts and hyper-connections (its configs carry `num_noise_heads` too)
 MOTIF_3_KEYS = ("kv_lora_rank", "q_lora_rank", "num_experts", "moe_intermediate_size", "mhc_enabled")
-MOTIF_GDA_KEYS = ("num_noise_heads",)
 
 
 def check_motif_keys(spec: ModelSpec, config) -> None:
-    """A Motif config diffeval computes exactly: Motif-2.6B's dense DIFF attention with PolyNorm."""
+    """A Motif config diffeval computes exactly: Motif-2.6B's dense DIFF attention or Motif-2-12.7B's grouped one, with
+    PolyNorm (the head counts are checked by the config class, models/motif.py)."""
     found = [key for key in MOTIF_3_KEYS if getattr(config, key, None) is not None]
     if found:
         raise InputError(
             f"model {spec.name}: config.json has {', '.join(found)}: not supported yet: Motif-3 (latent attention, "
-            "experts); diffeval runs Motif-2.6B's layout"
-        )
-    found = [key for key in MOTIF_GDA_KEYS if getattr(config, key, None) is not None]
-    if found:
-        raise InputError(
-            f"model {spec.name}: config.json has {found[0]}: grouped differential attention (Motif-2-12.7B) is not "
-            "supported yet; diffeval runs Motif-2.6B's layout"
+            "experts); diffeval runs Motif-2.6B's and Motif-2-12.7B's layouts"
         )
     if config.hidden_act != "poly_norm":
         raise InputError(
@@ -505,6 +499,7 @@ def describe(spec: ModelSpec, config, model=None, kind: str = "auto") -> ModelIn
         max_positions=getattr(text_config, "max_position_embeddings", None),
         rope_theta=rope_theta if rope_theta is not None else getattr(text_config, "rope_theta", None),
         diff_variant=variant.name if is_diff and variant else None,
+        noise_heads=getattr(text_config, "num_noise_heads", None) if is_diff and variant else None,
     )
     file = gguf.find(spec.path, spec.name)
     if file is not None:

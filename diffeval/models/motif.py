@@ -56,13 +56,44 @@ class MotifConfig(LlamaConfig):
 
     hidden_act: str = "poly_norm"
     attn_rms_norm_eps: float = 1e-5  # subln's eps when a config leaves it out (mlx-motif's default)
+    # grouped differential attention (Motif-2-12.7B): noise query heads, one per group; None is Motif-2.6B's N/2
+    num_noise_heads: int | None = None
+    k_ratio: int | None = None  # signal key heads per noise key head; the published configs (and vLLM's code) use 1
 
     def validate_architecture(self):
-        super().validate_architecture()
-        kv_heads = self.num_key_value_heads or self.num_attention_heads
-        for key, value in (("num_attention_heads", self.num_attention_heads), ("num_key_value_heads", kv_heads)):
-            if value % 2:
-                raise ValueError(f"Motif pairs adjacent heads: {key} must be even, got {value}")
+        # Llama's check (hidden_size a multiple of the heads) holds only without head_dim: Motif-2-12.7B has 40 heads
+        # of 128 over a width of 4096
+        if self.head_dim is None:
+            super().validate_architecture()
+        heads, kv_heads = self.num_attention_heads, self.num_key_value_heads or self.num_attention_heads
+        if kv_heads % 2:
+            raise ValueError(f"Motif pairs its key/value heads: num_key_value_heads must be even, got {kv_heads}")
+        noise = self.num_noise_heads
+        if noise is None:
+            if heads % 2:
+                raise ValueError(f"Motif pairs adjacent heads: num_attention_heads must be even, got {heads}")
+            if heads % kv_heads:
+                raise ValueError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+            return
+        if self.head_dim is None:
+            raise ValueError("num_noise_heads (grouped differential attention) needs head_dim in the config")
+        if self.k_ratio not in (None, 1):
+            raise ValueError(f"k_ratio {self.k_ratio} is not supported: the published Motif-2-12.7B and vLLM use 1")
+        if not 0 < noise < heads or (heads - noise) % noise:
+            raise ValueError(
+                f"num_noise_heads {noise} does not divide the {heads - noise} signal heads "
+                f"(num_attention_heads {heads} − num_noise_heads): each group is R signal heads and one noise head"
+            )
+        if noise % (kv_heads // 2):
+            raise ValueError(
+                f"num_noise_heads {noise} is not a multiple of the {kv_heads // 2} key/value pairs "
+                f"(num_key_value_heads {kv_heads} / 2): every group reads one pair"
+            )
+
+    @property
+    def signal_heads(self) -> int:
+        """S: the query heads of map 1, each one output head (o_proj reads 2·S·head_dim features)."""
+        return self.num_attention_heads - (self.num_noise_heads or self.num_attention_heads // 2)
 
 
 @strict
@@ -92,6 +123,9 @@ class MotifAttention(LlamaAttention):
 
     def __init__(self, config: MotifConfig, layer_idx: int):
         super().__init__(config, layer_idx)
+        self.noise_heads = config.num_noise_heads
+        self.num_key_value_groups = 1  # `motif_maps` hands the interface one key and value head per query head
+        self.o_proj = nn.Linear(2 * config.signal_heads * self.head_dim, config.hidden_size, bias=config.attention_bias)
         self.lambda_init = motif_lambda_init(layer_idx)
         self.lambda_q1 = nn.Parameter(torch.zeros(self.head_dim))
         self.lambda_k1 = nn.Parameter(torch.zeros(self.head_dim))
@@ -121,7 +155,7 @@ class MotifAttention(LlamaAttention):
         query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
         if cache is not None:
             key_states, value_states = cache.update(key_states, value_states, self.layer_idx, kwargs=kwargs)
-        query_states, key_states, value_states = motif_maps(query_states, key_states, value_states)
+        query_states, key_states, value_states = motif_maps(query_states, key_states, value_states, self.noise_heads)
 
         attention_interface: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
             self.config._attn_implementation, eager_attention_forward
@@ -135,7 +169,7 @@ class MotifAttention(LlamaAttention):
             dropout=0.0 if not self.training else self.attention_dropout,
             scaling=self.scaling,
             **kwargs,
-        )  # (B, T, N, 2d): heads [0, N/2) map 1, [N/2, N) map 2
+        )  # (B, T, 2S, 2d): heads [0, S) map 1, [S, 2S) map 2 (each signal head's group's noise head)
 
         half = attn_output.shape[2] // 2
         lam = lambda_full(self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2, self.lambda_init)

@@ -117,6 +117,8 @@ class ModelInfo:
     # which Differential Transformer a DIFF model is: "v1" (DiffLlama) or "v2" (DiffLlama2); None for a baseline, or
     # a model declared DIFF with `:diff` whose architecture is neither
     diff_variant: str | None = None
+    # grouped differential attention (Motif-2-12.7B): its noise heads, one per group of signal heads; None otherwise
+    noise_heads: int | None = None
     # a GGUF checkpoint: its file, architecture and quantization type, and on vLLM the dequantized folder it runs from
     gguf: dict[str, str] | None = None
 

@@ -18,7 +18,7 @@ SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 KINDS = {
     "diff": (DiffLlamaConfig, DiffLlamaForCausalLM),
     "diff2": (DiffLlama2Config, DiffLlama2ForCausalLM),
-    "motif": (MotifConfig, MotifForCausalLM),
+    "diff-motif": (MotifConfig, MotifForCausalLM),
     "base": (LlamaConfig, LlamaForCausalLM),
 }
 

@@ -81,10 +81,11 @@ MOTIF = Variant(
     architectures=("MotifForCausalLM",),
     model_types=("Motif", "motif"),  # Motif's configuration module writes "Motif"; converted copies use "motif"
     head_layout="N heads: adjacent heads (2i, 2i + 1) pair into map 1 and map 2 over their KV pair's double-width "
-    "value (Motif-2.6B)",
+    "value (Motif-2.6B); with num_noise_heads, groups of R signal heads then one noise head shared by them "
+    "(grouped differential attention, Motif-2-12.7B)",
     lambda_form=PER_LAYER,
     norm="subln: RMSNorm over 2·head_dim with a learned weight, × (1 − λ_init); λ_init from layer index − 1",
-    vllm_kv_factor=2,  # models/vllm_motif.py keeps K and V twice (one attention per half of the values)
+    vllm_kv_factor=2,  # models/vllm_motif.py: 4 attentions (signal, noise × even, odd values) over N_kv/2 pairs
     split_maps="diffeval.models.diff:split_differential",  # the attention call sees DiffLlama's layout (motif_maps)
     vllm_model="diffeval.models.vllm_motif:MotifForCausalLM",
     register_hf="diffeval.models.motif:register",

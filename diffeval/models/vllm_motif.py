@@ -81,11 +81,12 @@ class MotifAttention(nn.Module):
         prefix: str = "",
     ) -> None:
         super().__init__()
-        _single_rank("a differential head's two maps are adjacent heads, which a split by heads would part")
-        if num_heads % 2 or num_kv_heads % 2:
-            raise ValueError(f"Motif pairs adjacent heads: got {num_heads} query and {num_kv_heads} KV heads")
-        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        _single_rank("a differential head's maps are neighbouring heads, which a split by heads would part")
         self.head_dim = getattr(config, "head_dim", None) or hidden_size // num_heads
+        self.num_heads, self.num_kv_heads = num_heads, num_kv_heads
+        self.noise_heads = getattr(config, "num_noise_heads", None) or num_heads // 2  # G groups
+        self.per_group = (num_heads - self.noise_heads) // self.noise_heads  # R signal heads per group
+        self.signal_heads = num_heads - self.noise_heads  # S
         self.q_size, self.kv_size = num_heads * self.head_dim, num_kv_heads * self.head_dim
         self.lambda_init = motif_lambda_init(extract_layer_index(prefix))
         self.qkv_proj = QKVParallelLinear(
@@ -93,47 +94,62 @@ class MotifAttention(nn.Module):
             prefix=f"{prefix}.qkv_proj",
         )  # fmt: skip
         self.o_proj = RowParallelLinear(
-            self.q_size, hidden_size, bias=False, quant_config=quant_config, prefix=f"{prefix}.o_proj"
-        )
+            2 * self.signal_heads * self.head_dim, hidden_size, bias=False, quant_config=quant_config,
+            prefix=f"{prefix}.o_proj",
+        )  # fmt: skip
         self.rotary_emb = get_rope(
             self.head_dim,
             max_position=max_position_embeddings,
             rope_parameters=getattr(config, "rope_parameters", None),
             is_neox_style=True,
         )
-        attention = dict(num_kv_heads=num_kv_heads, cache_config=cache_config, quant_config=quant_config)
-        scale = self.head_dim**-0.5
-        self.attn_even = Attention(num_heads, self.head_dim, scale, prefix=f"{prefix}.attn_even", **attention)
-        self.attn_odd = Attention(num_heads, self.head_dim, scale, prefix=f"{prefix}.attn_odd", **attention)
+        # map 1: the S signal heads over the even key of each KV pair; map 2: the G noise heads over the odd key; each
+        # once with the pair's even value head and once with its odd one (vLLM's GQA groups them by pair)
+        pairs, scale = num_kv_heads // 2, self.head_dim**-0.5
+        attention = dict(num_kv_heads=pairs, cache_config=cache_config, quant_config=quant_config)
+        self.attn = nn.ModuleDict(
+            {
+                f"{m}_{v}": Attention(heads, self.head_dim, scale, prefix=f"{prefix}.attn.{m}_{v}", **attention)
+                for m, heads in (("signal", self.signal_heads), ("noise", self.noise_heads))
+                for v in ("even", "odd")
+            }
+        )
         self.lambda_q1 = nn.Parameter(torch.zeros(self.head_dim))
         self.lambda_k1 = nn.Parameter(torch.zeros(self.head_dim))
         self.lambda_q2 = nn.Parameter(torch.zeros(self.head_dim))
         self.lambda_k2 = nn.Parameter(torch.zeros(self.head_dim))
         self.subln = nn.RMSNorm(2 * self.head_dim, eps=config.attn_rms_norm_eps)
 
-    def _even_odd(self, x: torch.Tensor, heads: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """(tokens, heads·d) → the even and the odd heads, each (tokens, heads/2, d)."""
-        pairs = x.view(-1, heads // 2, 2, self.head_dim)
-        return pairs[:, :, 0], pairs[:, :, 1]
-
     def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv, _ = self.qkv_proj(hidden_states)
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q, k = self.rotary_emb(positions, q, k)
-        q = torch.cat(self._even_odd(q, self.num_heads), dim=1).reshape(-1, self.q_size)
-        k = torch.cat(self._even_odd(k, self.num_kv_heads), dim=1).reshape(-1, self.kv_size)
-        v_even, v_odd = self._even_odd(v, self.num_kv_heads)
-        first = self.attn_even(q, k, torch.cat([v_even, v_even], dim=1).reshape(-1, self.kv_size))
-        second = self.attn_odd(q, k, torch.cat([v_odd, v_odd], dim=1).reshape(-1, self.kv_size))
-        shape = (-1, self.num_heads, self.head_dim)
-        maps = torch.cat([first.view(shape), second.view(shape)], dim=-1)  # (tokens, N, 2d)
-        half = self.num_heads // 2
+        d = self.head_dim
+        groups = q.view(-1, self.noise_heads, self.per_group + 1, d)  # each group: R signal heads, then its noise head
+        queries = {"signal": groups[:, :, :-1].reshape(-1, self.signal_heads * d), "noise": groups[:, :, -1]}
+        keys = k.view(-1, self.num_kv_heads // 2, 2, d)
+        values = v.view(-1, self.num_kv_heads // 2, 2, d)
+        key_of = {
+            "signal": keys[:, :, 0].reshape(-1, self.kv_size // 2),
+            "noise": keys[:, :, 1].reshape(-1, self.kv_size // 2),
+        }
+        value_of = {
+            "even": values[:, :, 0].reshape(-1, self.kv_size // 2),
+            "odd": values[:, :, 1].reshape(-1, self.kv_size // 2),
+        }
+        maps = {}
+        for name, heads in (("signal", self.signal_heads), ("noise", self.noise_heads)):
+            halves = [
+                self.attn[f"{name}_{half}"](queries[name].reshape(-1, heads * d), key_of[name], value_of[half])
+                for half in ("even", "odd")
+            ]
+            maps[name] = torch.cat([h.view(-1, heads, d) for h in halves], dim=-1)  # (tokens, heads, 2d)
+        noise = maps["noise"].repeat_interleave(self.per_group, dim=1)  # each signal head meets its group's noise head
         lam = lambda_full(self.lambda_q1, self.lambda_k1, self.lambda_q2, self.lambda_k2, self.lambda_init)
         heads = differential_heads(
-            maps[:, :half], maps[:, half:], lam.to(q.dtype), self.lambda_init, self.subln.eps,
-            norm_weight=self.subln.weight,
-        )  # fmt: skip
-        output, _ = self.o_proj(heads.reshape(-1, self.q_size))
+            maps["signal"], noise, lam.to(q.dtype), self.lambda_init, self.subln.eps, norm_weight=self.subln.weight
+        )
+        output, _ = self.o_proj(heads.reshape(-1, 2 * self.signal_heads * d))
         return output
 
 
