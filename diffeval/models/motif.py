@@ -13,9 +13,13 @@ each assumption rests on, and where they disagree are in docs/engines/motif.md; 
 - MLP = down(PolyNorm(gate(x)) ⊙ up(x)): Llama's MLP with `hidden_act: poly_norm`, which `register()` adds to
   transformers' activations.
 
-Attention runs once per layer through transformers' attention interface (eager, sdpa, ...): queries reordered
-[even | odd] over keys [even | odd] and the KV pairs' values (`diff.motif_maps`), so heads [0, N/2) are map 1 and
-[N/2, N) map 2 as in DiffLlama, and the KV cache holds the layer's own keys and values, a Llama's.
+With `num_noise_heads` (Motif-2-12.7B's grouped differential attention, docs/engines/gda.md), the query heads form
+groups of R signal heads and one noise head, and each signal head subtracts its group's noise map; without it the
+groups are the adjacent pairs above.
+
+Attention runs once per layer through transformers' attention interface (eager, sdpa, ...) over 2S query heads
+(`diff.motif_maps`): [0, S) the signal heads (map 1), [S, 2S) each one's noise head (map 2), with one key and value
+head each, as DiffLlama's maps split; the KV cache holds the layer's own keys and values, a Llama's.
 
 `register()` teaches `AutoConfig` and `AutoModelForCausalLM` both spellings of the model type that Motif's configs use
 ("Motif", as its own configuration module writes it, and "motif").
@@ -119,7 +123,8 @@ class PolyNorm(nn.Module):
 
 
 class MotifAttention(LlamaAttention):
-    """DIFF attention over adjacent head pairs; λ per layer (Eq. 2) with Motif's λ_init; subln with a weight."""
+    """DIFF attention over Motif's head groups (adjacent pairs, or GDA's signal and noise heads); λ per layer (Eq. 2)
+    with Motif's λ_init; subln with a weight; o_proj over the S signal heads' 2·head_dim outputs."""
 
     def __init__(self, config: MotifConfig, layer_idx: int):
         super().__init__(config, layer_idx)

@@ -6,12 +6,13 @@ engine, with prefix caching and chunked prefill. The math is diff.py's:
     MLP(x) = down(PolyNorm(gate(x)) ⊙ up(x))                                                     (PolyNorm)
 
 where map 1 of differential head i reads query head 2i over key head 2g and map 2 query head 2i + 1 over key head
-2g + 1 (g: head i's KV pair). vLLM's Motif (until v0.10.2) ran this through a differential flash-attention backend on
-its V0 engine only. Here it runs on every attention backend as two ordinary `Attention` layers per DIFF layer, as
-DiffLlama does (vllm_diffllama.py): both see the queries reordered [even | odd] over the keys [even | odd], the first
-with each KV pair's even value head, the second with its odd one, so head i's map m applied to its double-width value
-is (first, second) output of query head i + m·N/2. It is exact; the KV cache is twice a Llama's of the same shape (K is
-stored twice), which vLLM's memory planning counts by itself.
+2g + 1 (g: head i's KV pair); with `num_noise_heads` (grouped differential attention, Motif-2-12.7B) map 1 is each
+group's R signal heads and map 2 its one noise head, repeated over them. vLLM's Motif (until v0.10.2) ran Motif-2.6B
+through a differential flash-attention backend on its V0 engine only. Here it runs on every attention backend as
+four ordinary `Attention` layers per DIFF layer: the signal heads over the pairs' even keys and the noise heads over
+their odd keys, each once with the pairs' even value heads and once with their odd ones, so a map applied to the
+double-width value is its (even, odd) outputs side by side. It is exact; the KV cache is twice a Llama's of the same
+shape, which vLLM's memory planning counts by itself.
 
 vLLM 0.32 has no PolyNorm layer: `PolyNorm` here holds the checkpoint's `mlp.act_fn.weight` [3] and `mlp.act_fn.bias`
 [1] and computes diff.poly_norm. Tensor parallelism is refused: a differential head's two maps are adjacent heads,
