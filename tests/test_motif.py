@@ -162,10 +162,14 @@ def test_attention_analysis_splits_motif_maps(motif_models, tmp_path, shape):
     assert record["is_diff"] and set(record["shares"]) == {"A1", "A2", "diff"}
 
 
-def test_attention_logit_instruments_run_on_motif(motif_models):
+@pytest.mark.parametrize("shape", ["mha", "gda"])
+def test_attention_logit_instruments_run_on_motif(motif_models, shape):
+    """Quantized logits (Figure 8) and logit statistics (Table 5) on Motif and GDA: 16 bits gives the model's own
+    logits, 4 bits changes them, and the statistics see every query head the attention call gets (2S: GDA's noise
+    heads once per signal head they serve)."""
     from diffeval.models.activations import logit_statistics, quantized_logits
 
-    loaded = load_model(ModelSpec("m", str(motif_models["mha"])), "cpu")
+    loaded = load_model(ModelSpec("m", str(motif_models[shape])), "cpu")
     model, ids = loaded.model, _ids(24)[:1]
     with torch.inference_mode():
         reference = model(input_ids=ids).logits
@@ -177,7 +181,7 @@ def test_attention_logit_instruments_run_on_motif(motif_models):
             model(input_ids=ids)
     torch.testing.assert_close(unquantized, reference, atol=1e-5, rtol=1e-5)
     assert not torch.allclose(coarse, reference, atol=1e-4)
-    heads = model.config.num_attention_heads
+    heads = 2 * model.config.signal_heads
     assert sorted(stats) == [0, 1] and all(s.count == heads * 24 * 25 // 2 for s in stats.values())
 
 
