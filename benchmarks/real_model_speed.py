@@ -4,7 +4,7 @@
    command line ÷ lm-eval's `niah_single_1` at 4K on the same model: `needle_speed.py`'s two measurements, on this
    checkpoint.
 2. Prefill tokens/s at 1K, 4K and 8K on hf and on vLLM: diffeval's backend generating one token from a prompt of
-   random token ids (a new prompt for every repeat, so vLLM's prefix cache never hits), the best of the repeats.
+   L − 1 random token ids (a new prompt for every repeat, so vLLM's prefix cache never hits), the best of the repeats.
    hf and vLLM each run in their own process, pinned to the same cores; vLLM's runs in `--vllm-python` (the vLLM
    environment) and is skipped where that has no vllm.
 3. The share of the matmul peak that an hf prefill reaches at 4K. The forward's FLOPs are
@@ -54,18 +54,19 @@ def prefill_rates(engine: str, folder: str, threads: int, repeats: int) -> dict:
 
     torch.set_num_threads(threads)
     options = HFOptions(threads=threads) if engine == "hf" else None
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=max(LENGTHS) + 8, options=options)
+    # prompts of L − 1 tokens, so that the one generated token keeps the longest within the model's 8,192 positions
+    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=max(LENGTHS), options=options)
     backend = make_backend(ModelSpec("real", folder), settings, engine)
     vocab = json.loads((Path(folder) / "config.json").read_text())["vocab_size"]
     backend.generate(random_prompts(vocab, 256, 1, seed=99), 1, [])  # warm-up
     rates = {}
     for length in LENGTHS:
         best = float("inf")
-        for ids in random_prompts(vocab, length, repeats, seed=1):
+        for ids in random_prompts(vocab, length - 1, repeats, seed=1):
             start = time.perf_counter()
             backend.generate([ids], 1, [])
             best = min(best, time.perf_counter() - start)
-        rates[str(length)] = length / best
+        rates[str(length)] = (length - 1) / best
     return {"engine": engine, "threads": threads, "tokens_per_s": rates}
 
 
