@@ -52,7 +52,7 @@ def build_models(root: Path) -> dict[str, Path]:
 
 
 def harness_overhead(
-    name: str, path: Path, ctx: int, samples: int, max_new_tokens: int, out: Path
+    name: str, path: Path, ctx: int, samples: int, max_new_tokens: int, out: Path, threads: int = 1
 ) -> tuple[float, float]:
     """(diffeval wall time, model generate time) for the same samples on one model."""
     flags = {
@@ -63,6 +63,7 @@ def harness_overhead(
         "out": str(out),
         "device": "cpu",
         "max_new_tokens": max_new_tokens,
+        "threads": threads,  # as the bare generate below (the default would subtract the load average)
     }
     config = build_config("needle", {}, flags)
     start = time.perf_counter()
@@ -130,7 +131,7 @@ def main() -> None:
         print("--- | --- | --- | ---")
         for name, path in models.items():
             harness, model_time = harness_overhead(
-                name, path, args.ctx, args.samples, args.max_new_tokens, root / f"run-{name}"
+                name, path, args.ctx, args.samples, args.max_new_tokens, root / f"run-{name}", args.threads
             )
             print(f"{name} | {harness:.2f} | {model_time:.2f} | {harness / model_time:.3f}")
 
@@ -162,6 +163,8 @@ def lm_eval_ratio(base: str, args, root: Path) -> float:
             "cpu",
             "--max-new-tokens",
             str(args.max_new_tokens),
+            "--threads",
+            str(args.threads),
             "--out",
             str(root / "cli-run"),
         ],

@@ -209,7 +209,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         harness, model_time = needle_speed.harness_overhead(
-            "real", Path(folder), args.ctx, args.samples, args.max_new_tokens, root / "run"
+            "real", Path(folder), args.ctx, args.samples, args.max_new_tokens, root / "run", args.threads
         )
         print(f"\nneedle at {args.ctx}, {args.samples} samples | diffeval wall s (incl. loading) | model generate s | "
               "ratio (goal <= 1.1)")  # fmt: skip
