@@ -106,7 +106,8 @@ def test_needle_span_widens_the_answer():
 
 def test_unsupported_architecture_is_named(tmp_path):
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50))
-    with pytest.raises(InputError, match="supports diffllama, diffllama2, llama, mistral, qwen2 models, not 'gpt2'"):
+    supported = "diffllama, diffllama2, Motif, motif, llama, mistral, qwen2"
+    with pytest.raises(InputError, match=f"supports {supported} models, not 'gpt2'"):
         with capturing(model, [0], [0], 1):
             pass
 
