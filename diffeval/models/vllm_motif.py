@@ -14,8 +14,8 @@ their odd keys, each once with the pairs' even value heads and once with their o
 double-width value is its (even, odd) outputs side by side. It is exact; the KV cache is twice a Llama's of the same
 shape, which vLLM's memory planning counts by itself.
 
-vLLM 0.32 has no PolyNorm layer: `PolyNorm` here holds the checkpoint's `mlp.act_fn.weight` [3] and `mlp.act_fn.bias`
-[1] and computes diff.poly_norm. Tensor parallelism is refused: a differential head's two maps are adjacent heads,
+vLLM 0.32 has no PolyNorm layer: models/motif.py's `PolyNorm` holds the checkpoint's `mlp.act_fn.weight` [3] and
+`mlp.act_fn.bias` [1] and computes diff.poly_norm. Tensor parallelism is refused: a differential head's two maps are adjacent heads,
 and PolyNorm's moments run over the whole intermediate dimension.
 """
 
@@ -31,23 +31,13 @@ from vllm.model_executor.layers.rotary_embedding import get_rope
 from vllm.model_executor.models.llama import LlamaDecoderLayer, LlamaForCausalLM
 from vllm.model_executor.models.utils import extract_layer_index
 
-from diffeval.models.diff import differential_heads, lambda_full, motif_lambda_init, poly_norm
+from diffeval.models.diff import differential_heads, lambda_full, motif_lambda_init
+from diffeval.models.motif import PolyNorm  # the hf class's: the same parameters and diff.poly_norm
 
 
 def _single_rank(what: str) -> None:
     if get_tensor_model_parallel_world_size() != 1:
         raise ValueError(f"Motif on vLLM runs with tensor_parallel_size 1: {what}")
-
-
-class PolyNorm(nn.Module):
-    def __init__(self, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.full((3,), 1 / 3))
-        self.bias = nn.Parameter(torch.zeros(1))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return poly_norm(x, self.weight, self.bias, self.eps)
 
 
 class MotifMLP(nn.Module):
