@@ -15,8 +15,8 @@ double-width value is its (even, odd) outputs side by side. It is exact; the KV 
 shape, which vLLM's memory planning counts by itself.
 
 vLLM 0.32 has no PolyNorm layer: models/motif.py's `PolyNorm` holds the checkpoint's `mlp.act_fn.weight` [3] and
-`mlp.act_fn.bias` [1] and computes diff.poly_norm. Tensor parallelism is refused: a differential head's two maps are adjacent heads,
-and PolyNorm's moments run over the whole intermediate dimension.
+`mlp.act_fn.bias` [1] and computes diff.poly_norm. Tensor parallelism is refused: a differential head's two maps are
+neighbouring heads, and PolyNorm's moments run over the whole intermediate dimension.
 """
 
 from __future__ import annotations
