@@ -1,0 +1,91 @@
+"""Long documents for NLL by position: books in a folder (`books.jsonl` + `<id>.txt`, the layout of
+`../shared/datasets/books`), the public-domain novel the package ships (`data/texts/`), or a `datasets` dataset's
+`text` field.
+
+A book is read from its first chapter (`first_chapter_char`), so a title page or a table of contents is not scored.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from diffeval.errors import InputError
+
+SHIPPED = Path(__file__).parent / "texts"  # Jane Austen's Persuasion (1818); provenance in its README.md
+
+
+@dataclass(frozen=True)
+class Document:
+    id: str
+    title: str
+    text: str
+    group: str  # the unit of independence: a book (its windows depend on each other), or a dataset row
+
+
+def describe(source: str, data_dir: str | None) -> str:
+    """Where the documents come from, in words: for a run's messages and the table notes."""
+    if source.startswith("hf:"):
+        return f"dataset {source[3:]}"
+    return f"books in {data_dir}" if data_dir else "the shipped book (Austen, Persuasion)"
+
+
+def load(source: str, data_dir: str | None, count: int | None = None) -> list[Document]:
+    """The first `count` documents (all when None) of `source`: "books" (the folder `data_dir`, else the shipped
+    text) or "hf:DATASET[:SPLIT]"."""
+    if source.startswith("hf:"):
+        documents = _dataset(source[3:])
+    elif source == "books":
+        documents = _books(str(Path(data_dir) if data_dir else SHIPPED))
+    else:
+        raise InputError(
+            f"bad --data {source!r}: use books (with --data-dir FOLDER, or the shipped book) or hf:DATASET[:SPLIT]"
+        )
+    return list(documents[:count] if count is not None else documents)
+
+
+@lru_cache(maxsize=4)
+def _books(folder: str) -> tuple[Document, ...]:
+    root = Path(folder)
+    index = root / "books.jsonl"
+    if not root.is_dir():
+        raise InputError(f"--data-dir {folder}: no such folder (it should hold books.jsonl and <id>.txt files)")
+    if not index.is_file():
+        raise InputError(f"--data-dir {folder}: no books.jsonl (one JSON line per book: id, title, first_chapter_char)")
+    documents = []
+    for number, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entry = json.loads(line)
+            book_id, title = str(entry["id"]), str(entry.get("title", entry["id"]))
+            first = int(entry.get("first_chapter_char", 0))
+        except (ValueError, KeyError, TypeError):
+            raise InputError(f"{index}, line {number}: not a book entry (a JSON object with an id)") from None
+        path = root / f"{book_id}.txt"
+        if not path.is_file():
+            raise InputError(f"{index}, line {number}: names {book_id}, but {path.name} is not in {folder}")
+        documents.append(Document(book_id, title, path.read_text(encoding="utf-8")[first:], book_id))
+    if not documents:
+        raise InputError(f"{index} lists no books")
+    return tuple(documents)
+
+
+@lru_cache(maxsize=4)
+def _dataset(arg: str) -> tuple[Document, ...]:
+    import datasets
+
+    datasets.disable_progress_bars()  # the run's own progress bar is the one to show; an error stays one line
+    name, _, split = arg.partition(":")
+    try:
+        rows = datasets.load_dataset(name, split=split or "train")
+    except Exception as exc:  # datasets raises many types for a missing or unreachable dataset
+        raise InputError(f"cannot load dataset {name!r} ({type(exc).__name__}): check the id, or the network") from None
+    if "text" not in rows.column_names:
+        raise InputError(f"dataset {name} has no text field: its fields are {', '.join(rows.column_names)}")
+    return tuple(
+        Document(f"{name}:{split or 'train'}:{i}", f"{name} row {i}", str(text), f"{name}:{i}")
+        for i, text in enumerate(rows["text"])
+    )
