@@ -1,5 +1,6 @@
 """Per-cell 95 % intervals, shared by the reports and the tasks' own plots: Wilson for yes/no outcomes, percentile
-bootstrap (fixed seed) otherwise; and the one bootstrap resampler every interval and test draws from (`resample`)."""
+bootstrap (fixed seed) otherwise; the one bootstrap resampler every interval and test draws from (`resample`); and the
+paired cluster bootstrap of a mean difference (`cluster_bootstrap`), which the reports and nll's per-bucket tables use."""
 
 from __future__ import annotations
 
@@ -111,3 +112,26 @@ def summarize(frame: pd.DataFrame, by: list[str], value: str = "score") -> pd.Da
             }
         )
     return pd.DataFrame(rows)
+
+
+def cluster_bootstrap(differences, clusters, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) -> dict:
+    """Paired cluster bootstrap of the mean of `differences` (one per paired sample, first − second): clusters are
+    drawn with replacement, each bringing all of its samples, and a resample's statistic is the mean over the samples
+    it holds, so the estimate stays the plain mean of the differences. Percentile CI; two-sided p-value: twice the
+    smaller share of resamples on either side of 0 (add-one, never 0)."""
+    diff = np.asarray(differences, dtype=float)
+    codes = cluster_numbers(clusters)
+    sums, sizes = np.bincount(codes, weights=diff), np.bincount(codes)
+    if len(sizes) < 2:  # one cluster: nothing to resample, no evidence either way
+        return {"clusters": len(sizes), "ci_low": float(diff.mean()), "ci_high": float(diff.mean()), "p_value": 1.0}
+    means = resample(
+        lambda picks: sums[picks].sum(axis=1) / sizes[picks].sum(axis=1),
+        len(diff),
+        clusters=clusters,
+        seed=seed,
+        vectorized=True,
+    )
+    low, high = np.percentile(means, [50 * (1 - confidence), 50 * (1 + confidence)])
+    tail = min((means <= 0).sum(), (means >= 0).sum())
+    p_value = min(1.0, 2 * (tail + 1) / (len(means) + 1))
+    return {"clusters": len(sizes), "ci_low": float(low), "ci_high": float(high), "p_value": float(p_value)}

@@ -2,7 +2,8 @@
 ICL predictions and hallucination outputs; the prefix cache; capability errors; resume after kill -9. DIFF models
 (diffeval's DiffLlama for vLLM) are checked the same way, plus the built-in pair against its reference run and
 vLLM's OpenAI server on a DIFF checkpoint. DIFF V2 (diffeval's DiffLlama2 for vLLM) is checked for prompt log-probs,
-greedy outputs, the prefix cache and its planned KV cache (a Llama's with h_kv heads).
+greedy outputs, the prefix cache and its planned KV cache (a Llama's with h_kv heads). `token_nll` (the nll task) is
+checked against hf for every variant.
 
 Engines run in-process and are shared by the tests of one module-scoped model. Skipped when vLLM is not installed.
 """
@@ -84,6 +85,17 @@ def test_prompt_logprobs_match_hf(pair, length):
     assert gap.max() <= MAX_LOGPROB_GAP and gap.mean() <= MEAN_LOGPROB_GAP
 
 
+def test_token_nll_matches_hf(pair, length=3000):
+    """`token_nll`, the nll task's one backend call: vLLM's prompt log-probs against hf's sliced LM head."""
+    hf, vllm = pair
+    ids = noise_ids(hf, length)
+    ours, theirs = vllm.token_nll(ids), hf.token_nll(ids)
+    assert ours.shape == theirs.shape == (length - 1,)
+    gap = abs(ours - theirs)
+    print(f"token_nll, {length} tokens: max |Δ| = {gap.max():.2e}, mean = {gap.mean():.2e}")
+    assert gap.max() <= MAX_LOGPROB_GAP and gap.mean() <= MEAN_LOGPROB_GAP
+
+
 def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
     _, vllm = pair
     prefix = noise_ids(vllm, 1500)
@@ -154,6 +166,16 @@ def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
     same_score = sum(hf[key]["score"] == vllm[key]["score"] for key in hf)
     assert same_score >= 0.99 * len(hf)
     assert len(differing) <= 0.01 * len(hf)
+
+
+def test_nll_by_position_is_the_same_on_both_backends(gqa_llama, tmp_path):
+    """The nll task through the command line: the same windows, and per-bucket sums within the log-prob parity."""
+    models = ["-m", "toy=toy-diff", "-m", f"gqa={gqa_llama}"]
+    hf, vllm = _both_backends(tmp_path, "run", "nll", *models, "--ctx", "3k", "--windows", "2", "--buckets", "4")
+    for key in hf:
+        assert hf[key]["bytes"] == vllm[key]["bytes"] and hf[key]["ids_sha"] == vllm[key]["ids_sha"]
+        assert vllm[key]["token_nll"] == pytest.approx(hf[key]["token_nll"], rel=1e-4)
+        assert vllm[key]["bpb"] == pytest.approx(hf[key]["bpb"], rel=1e-5)
 
 
 def test_icl_predictions_are_the_same_on_both_backends(gqa_llama, tmp_path):
@@ -438,6 +460,10 @@ def test_v2_prompt_logprobs_match_hf(v2_pair, length):
     test_prompt_logprobs_match_hf(v2_pair, length)
 
 
+def test_v2_token_nll_matches_hf(v2_pair):
+    test_token_nll_matches_hf(v2_pair)
+
+
 def test_v2_greedy_generation_matches_hf(v2_pair):
     hf, vllm = v2_pair
     prompts = [hf.encode(text).ids for text in ("Once upon a time", "The special magic number for Lisbon is: 4821937. "
@@ -521,6 +547,10 @@ def motif_pair(request, motif_models):
 @pytest.mark.parametrize("length", [500, 2000])
 def test_motif_prompt_logprobs_match_hf(motif_pair, length):
     test_prompt_logprobs_match_hf(motif_pair, length)
+
+
+def test_motif_token_nll_matches_hf(motif_pair):
+    test_token_nll_matches_hf(motif_pair)
 
 
 def test_motif_greedy_generation_matches_hf(motif_pair):

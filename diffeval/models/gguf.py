@@ -212,6 +212,13 @@ def dequantized(file: GGUFFile, model: str) -> Path:
         shutil.rmtree(staging, ignore_errors=True)
         raise InputError(f"model {model}: cannot dequantize {file.path} ({' '.join(str(exc).split())[:200]})") from None
     (staging / "diffeval_gguf.json").write_text(json.dumps({"source": str(file.path), "sha256": key}) + "\n")
-    shutil.rmtree(out, ignore_errors=True)
-    staging.rename(out)
+    if out.exists() and not (out / "diffeval_gguf.json").is_file():
+        shutil.rmtree(out, ignore_errors=True)  # no marker: not a finished build
+    try:
+        staging.rename(out)
+    except OSError:
+        # another process finished the same build first: its folder is whole, and in use, so it stays
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (out / "diffeval_gguf.json").is_file():
+            raise
     return out

@@ -26,11 +26,13 @@ from diffeval.models.tokenizer import HFTokenizer, answer_end, cut_at_stop, toke
 
 class HFBackend:
     name = "hf"
-    capabilities = frozenset({"generate", "score", "attention_rows", "torch_module"})
+    capabilities = frozenset({"generate", "score", "token_nll", "attention_rows", "torch_module"})
     # prompt tokens one forward pass may hold, padding included. Past it batching costs more than it saves (toy-base,
     # CPU, benchmarks/hf_batching.py): 4 equal-length 16K prompts together peaked at 1.7x the RSS of one at a time
     # and took 1.2x the time; 2 padded 4K prompts took 1.7x; 4 prompts of 1K took 0.96x
     MAX_BATCH_TOKENS = 4096
+    # positions per slice of `token_nll`'s LM head: 512 × a 49K vocabulary is 100 MB of fp32 logits
+    NLL_SLICE = 512
 
     def __init__(self, loaded: LoadedModel):
         if not loaded.tokenizer.is_fast:
@@ -84,6 +86,9 @@ class HFBackend:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def document_start(self) -> list[int]:
+        return self._encoder.document_start()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         results: list[Generation | None] = [None] * len(prompts)
@@ -160,6 +165,23 @@ class HFBackend:
         return torch.tensor([ids], device=self.device)
 
     @torch.inference_mode()
+    def token_nll(self, ids: list[int]):
+        """NLL (nats) of ids[1:], each after the ones before it: one causal pass through the decoder, then the LM head
+        and the loss over slices of `NLL_SLICE` positions, so no L × vocab logits tensor is held (64K positions of a
+        49K vocabulary are 12.8 GB in fp32); a slice's logits are freed before the next is computed."""
+        check_plain_head(self.model.config, self.info.name)
+        hidden = self.model.get_decoder()(input_ids=self._ids(ids), use_cache=False).last_hidden_state[0, :-1]
+        head = self.model.get_output_embeddings()
+        targets = torch.tensor(ids[1:], device=self.device)
+        nll = torch.empty(len(ids) - 1, dtype=torch.float32)
+        for start in range(0, len(ids) - 1, self.NLL_SLICE):
+            logits = head(hidden[start : start + self.NLL_SLICE]).float()
+            picked = logits.gather(1, targets[start : start + self.NLL_SLICE, None])[:, 0]
+            nll[start : start + len(picked)] = (torch.logsumexp(logits, dim=-1) - picked).cpu()
+            del logits
+        return nll.numpy()
+
+    @torch.inference_mode()
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int):
         """(layers, heads, rows, segments) numpy array: each head's softmax weight per key segment, for the chosen
         rows only; and, for DIFF V2, its per-token λ at those rows, (layers, h, rows) (None otherwise)."""
@@ -171,6 +193,17 @@ class HFBackend:
         if capture.lambdas:
             lambdas = torch.stack([capture.lambdas[layer] for layer in sorted(capture.lambdas)]).numpy()
         return shares, lambdas
+
+
+# config fields by which a model transforms its LM head's output: `token_nll` applies the head itself, so it refuses
+# these rather than return another distribution's NLL
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
+
+
+def check_plain_head(config, model: str) -> None:
+    for name in LOGIT_TRANSFORMS:
+        if getattr(config, name, None) not in (None, 1, 1.0):
+            raise InputError(f"model {model} transforms its logits ({name}): nll on hf supports plain LM heads only")
 
 
 def forward_groups(lengths: list[int], max_tokens: int) -> list[list[int]]:

@@ -27,6 +27,14 @@ class HFTokenizer:
     def decode(self, ids: list[int]) -> str:
         return self.hf.decode(ids, skip_special_tokens=True)
 
+    def document_start(self) -> list[int]:
+        """The ids a scored document follows, so its first token is predicted too: what the tokenizer puts before a
+        text (its BOS), else its EOS, as lm-eval's rolling log-likelihood does; [] where it has neither."""
+        before = self.hf("", add_special_tokens=True).input_ids
+        if before:
+            return list(before)
+        return [self.hf.eos_token_id] if self.hf.eos_token_id is not None else []
+
     def decode_continuation(self, prompt: list[int], generated: list[int], stop_ids) -> str:
         """The text of generated ids as it reads after the prompt, a final EOS id dropped: every engine's outputs
         go through this one rule. Decoded alone, SentencePiece ids lose a leading space ("▁as" reads "as")."""
@@ -96,6 +104,9 @@ class PromptTokenizer:
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
+
+    def document_start(self) -> list[int]:
+        return self.tokenizer.document_start()
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         return self.tokenizer.render_prompt(user, answer_prefix, chat_template, self.name)

@@ -49,7 +49,7 @@ CPU_KV_CACHE_CAP_GIB = 2.0  # on CPU the KV cache comes out of RAM: never more t
 
 class VLLMBackend:
     name = "vllm"
-    capabilities = frozenset({"generate", "score"})
+    capabilities = frozenset({"generate", "score", "token_nll"})
 
     def __init__(self, llm, tokenizer: HFTokenizer, info: ModelInfo, stop_ids: list[int]):
         self.llm = llm
@@ -135,6 +135,9 @@ class VLLMBackend:
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids)
 
+    def document_start(self) -> list[int]:
+        return self.tokenizer.document_start()
+
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
         """The whole chunk is submitted at once; vLLM schedules it."""
         start = time.perf_counter()
@@ -204,6 +207,16 @@ class VLLMBackend:
             step = output.outputs[0].logprobs[0] if ids else {}
             found.append({token: step[token].logprob for token in ids})
         return found
+
+    def token_nll(self, ids: list[int]):
+        """NLL (nats) of ids[1:] from vLLM's prompt log-probs (`prompt_logprobs=0`: each prompt token's own log-prob,
+        computed chunk by chunk as the prompt is prefilled); the one token generated after it is discarded."""
+        import numpy as np
+
+        params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
+        (output,) = self.llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+        steps = output.prompt_logprobs[1:]  # the first token has nothing before it
+        return np.asarray([-step[token].logprob for step, token in zip(steps, ids[1:])], dtype=np.float32)
 
     def attention_rows(self, ids, rows, segment_ids, n_segments):
         raise InputError("backend vllm has no attention_rows: use --backend hf")

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from diffeval.intervals import BOOTSTRAP_SEED, bootstrap_ci, cluster_numbers, is_binary, resample
+from diffeval.intervals import bootstrap_ci, cluster_bootstrap, is_binary
 
 CLUSTER_TEST = "cluster bootstrap"  # the `test` the paired statistics name for a clustered task
 
@@ -38,29 +38,6 @@ def paired_test(first, second) -> tuple[float, str]:
     if np.allclose(a, b):
         return 1.0, "wilcoxon"
     return float(stats.wilcoxon(a, b).pvalue), "wilcoxon"
-
-
-def cluster_bootstrap(differences, clusters, confidence: float = 0.95, seed: int = BOOTSTRAP_SEED) -> dict:
-    """Paired cluster bootstrap of the mean of `differences` (one per paired sample, first − second): clusters are
-    drawn with replacement, each bringing all of its samples, and a resample's statistic is the mean over the samples
-    it holds, so the estimate stays the plain mean of the differences. Percentile CI; two-sided p-value: twice the
-    smaller share of resamples on either side of 0 (add-one, never 0)."""
-    diff = np.asarray(differences, dtype=float)
-    codes = cluster_numbers(clusters)
-    sums, sizes = np.bincount(codes, weights=diff), np.bincount(codes)
-    if len(sizes) < 2:  # one cluster: nothing to resample, no evidence either way
-        return {"clusters": len(sizes), "ci_low": float(diff.mean()), "ci_high": float(diff.mean()), "p_value": 1.0}
-    means = resample(
-        lambda picks: sums[picks].sum(axis=1) / sizes[picks].sum(axis=1),
-        len(diff),
-        clusters=clusters,
-        seed=seed,
-        vectorized=True,
-    )
-    low, high = np.percentile(means, [50 * (1 - confidence), 50 * (1 + confidence)])
-    tail = min((means <= 0).sum(), (means >= 0).sum())
-    p_value = min(1.0, 2 * (tail + 1) / (len(means) + 1))
-    return {"clusters": len(sizes), "ci_low": float(low), "ci_high": float(high), "p_value": float(p_value)}
 
 
 def paired_difference(first, second, confidence: float = 0.95, clusters=None) -> dict:

@@ -135,6 +135,8 @@ def report_run(
     paired = paired_table(loaded.run, frame, task)
     if not paired.empty:
         tables["paired"] = paired
+    if reporting.pair_tables is not None:
+        tables.update(reporting.pair_tables(frame, model_pairs(loaded.run, frame), loaded.options))
     numbers = NumberFormats.of(task)
     report = RunReport(
         folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, loaded.first_damage, titles,
@@ -180,26 +182,31 @@ def build_report(
 
 
 def sample_pairs(run: dict, frame: pd.DataFrame, task: Task) -> list[tuple[str, str, pd.DataFrame]]:
-    """Every DIFF model with every baseline, then every DIFF V2 model with every V1 model (V1 in the baseline's
-    place), joined on the samples both scored: the pairing of the paired statistics and of `diffeval view`'s
-    "DIFF right, baseline wrong" filters. None for a task without sample-level pairs."""
+    """Each of `model_pairs`, joined on the samples both scored: the pairing of the paired statistics and of
+    `diffeval view`'s "DIFF right, baseline wrong" filters. None for a task without sample-level pairs."""
     value = task.reporting.summary_value
     if task.reporting.pair_keys is None:
         return []
-    models = run.get("models", {})
-    present = [m for m in frame["model"].unique() if m in models]
-    diffs = [m for m in present if models[m].get("is_diff")]
-    bases = [m for m in present if not models[m].get("is_diff")]
-    variant = {m: variants.by_name(models[m].get("diff_variant")) or variants.UNRECORDED for m in diffs}
-    later = [(a, b) for a in diffs for b in diffs if variant[b].name in variant[a].paired_with]
     pairs = []
-    for diff, base in [(diff, base) for diff in diffs for base in bases] + later:
+    for diff, base in model_pairs(run, frame):
         left = frame[frame["model"] == diff].dropna(subset=[value])
         right = frame[frame["model"] == base].dropna(subset=[value])
         joined = left.merge(right[["sample_id", value]], on="sample_id", suffixes=("", "_base"))
         if not joined.empty:
             pairs.append((diff, base, joined))
     return pairs
+
+
+def model_pairs(run: dict, frame: pd.DataFrame) -> list[tuple[str, str]]:
+    """The models compared, in order: every DIFF model with every baseline, then every DIFF V2 model with every V1
+    model (V1 in the baseline's place), among the models that have records."""
+    models = run.get("models", {})
+    present = [m for m in frame["model"].unique() if m in models]
+    diffs = [m for m in present if models[m].get("is_diff")]
+    bases = [m for m in present if not models[m].get("is_diff")]
+    variant = {m: variants.by_name(models[m].get("diff_variant")) or variants.UNRECORDED for m in diffs}
+    later = [(a, b) for a in diffs for b in diffs if variant[b].name in variant[a].paired_with]
+    return [(diff, base) for diff in diffs for base in bases] + later
 
 
 def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:

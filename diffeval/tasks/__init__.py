@@ -10,7 +10,7 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from diffeval.config import RunConfig
-from diffeval.tasks import attention, hallucination, icl, needle, outliers, quantize, zeroshot
+from diffeval.tasks import attention, hallucination, icl, needle, nll, outliers, quantize, zeroshot
 from diffeval.tasks.base import Task, configure, registry
 
 
@@ -23,6 +23,7 @@ TASKS = registry(
     attention.TASK,
     icl.TASK,
     hallucination.TASK,
+    nll.TASK,
     outliers.TASK,
     quantize.TASK,
     zeroshot.TASK,

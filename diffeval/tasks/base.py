@@ -87,6 +87,9 @@ class Reporting:
     # count column that paper rows turned into floats. The paired table follows `summary_value`'s entry.
     decimals: dict[str, int] = field(default_factory=dict)
     plots: Callable[..., list] | None = None  # (records, folder) → written PNG paths
+    # (records, [(DIFF model, baseline)], options) → {key: DataFrame}: paired tables of the task's own, beside the
+    # report's paired table of `summary_value` (nll's per-bucket differences); the pairs are the report's
+    pair_tables: Callable[..., dict] | None = None
 
 
 @dataclass(frozen=True)
