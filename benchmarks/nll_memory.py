@@ -74,7 +74,8 @@ def measure(model: str, ctx: int, mode: str, threads: int) -> dict:
 
 
 def child(model: str, ctx: int, mode: str, threads: int) -> dict:
-    command = [sys.executable, __file__, "--child", mode, "--model", model, "--ctx", str(ctx), "--threads", str(threads)]
+    command = [sys.executable, __file__, "--child", mode, "--model", model, "--ctx", str(ctx)]
+    command += ["--threads", str(threads)]
     done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     if done.returncode != 0:
         raise SystemExit(f"{mode} failed: {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else done}")

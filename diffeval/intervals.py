@@ -1,6 +1,6 @@
 """Per-cell 95 % intervals, shared by the reports and the tasks' own plots: Wilson for yes/no outcomes, percentile
-bootstrap (fixed seed) otherwise; the one bootstrap resampler every interval and test draws from (`resample`); and the
-paired cluster bootstrap of a mean difference (`cluster_bootstrap`), which the reports and nll's per-bucket tables use."""
+bootstrap (fixed seed) otherwise; the one bootstrap resampler every interval and test draws from (`resample`); and
+the paired cluster bootstrap of a mean difference (`cluster_bootstrap`), which the reports and nll's tables use."""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@
 import csv
 import json
 from collections import Counter
+from dataclasses import replace
+from itertools import groupby
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -130,22 +132,19 @@ def test_samples_are_the_same_for_every_model_and_resolve_max(data_dir, tiny_mod
     assert len(samples) == 2 * 3 * 4 and len({s.sample_id for s in samples}) == len(samples)
     k = max_shots[("trec", 0)]
     assert 2 < k < 60
+    # the prompts `evaluate` builds, in context: every order fits at k, and some model's does not at k + 1
     backends = [HFBackend(load_model(ModelSpec(n, str(tiny_models[n])), "cpu")) for n in ("diff", "base")]
-    data = icl.dataset("trec", config.options.data_dir)
-    reserve = {b.info.name: 0 for b in backends}
+    kept = [s for s in samples if s.shots_requested == "max"]
 
-    def longest(backend, shots):
-        run = icl.Run("trec", shots, "grouped", 0, 0)
-        prefix = backend.encode(icl.demonstration_block(run, config.options.data_dir, 0)).ids
-        queries = [
-            backend.encode(icl.format_example("trec", data.test[i].text, None), special_tokens=False).ids
-            for i in icl.test_ids(config.options, "trec", 0)
-        ]
-        labels = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
-        return len(prefix) + max(map(len, queries)) + max(map(len, labels)) + reserve[backend.info.name]
+    def over_budget(shots: int) -> list[bool]:
+        flags = []
+        for backend in backends:
+            for run, batch in groupby(kept, key=lambda s: s.run):
+                batch = [icl.ICLSample(s.sample_id, replace(run, shots=shots), "max", s.test_id, 0) for s in batch]
+                flags += [r.fields.get("status") == "over_budget" for r in icl.evaluate(batch, backend, config)]
+        return flags
 
-    assert all(longest(b, k) <= 1024 for b in backends)
-    assert any(longest(b, k + 1) > 1024 for b in backends)
+    assert not any(over_budget(k)) and any(over_budget(k + 1))
 
 
 def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):

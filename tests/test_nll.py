@@ -47,14 +47,33 @@ def hf_diff(tiny_models):
     backend.close()
 
 
-def test_token_nll_equals_full_logits_in_slices_of_any_size(hf_diff, monkeypatch):
-    ids = hf_diff.document_start() + hf_diff.encode(BOOK[:3000], special_tokens=False).ids
+@pytest.fixture(scope="module", params=["diff", "base", "diff2", "motif"])
+def variant(request, tiny_models, tmp_path_factory):
+    """An hf backend of every DIFF variant in the registry (V1, V2, Motif) and of a Llama."""
+    if request.param in ("diff", "base"):
+        path = tiny_models[request.param]
+    elif request.param == "diff2":
+        from diffeval.models.tiny import build_tiny_model
+
+        path = tmp_path_factory.mktemp("v2") / "diff2"
+        build_tiny_model("diff2", tiny_models["tok_a"], path, seed=4, hidden=64, heads=4, kv_heads=2, head_dim=16)
+    else:
+        from motif_reference import write_tiny_motif
+
+        path = write_tiny_motif(tmp_path_factory.mktemp("motif") / "motif", tiny_models["tok_a"], heads=4, kv_heads=2)
+    backend = make_backend(ModelSpec("m", str(path)), EngineSettings(device="cpu"), "hf")
+    yield backend
+    backend.close()
+
+
+def test_token_nll_equals_full_logits_in_slices_of_any_size(variant, monkeypatch):
+    ids = variant.document_start() + variant.encode(BOOK[:3000], special_tokens=False).ids
     with torch.inference_mode():
-        logits = hf_diff.model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+        logits = variant.model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
     expected = -torch.log_softmax(logits, -1)[torch.arange(len(ids) - 1), torch.tensor(ids[1:])].numpy()
     for size in (7, 512, 10_000):  # a slice smaller than the sequence, the default, and one slice for everything
-        monkeypatch.setattr(type(hf_diff), "NLL_SLICE", size)
-        ours = hf_diff.token_nll(ids)
+        monkeypatch.setattr(type(variant), "NLL_SLICE", size)
+        ours = variant.token_nll(ids)
         assert ours.shape == (len(ids) - 1,) and np.abs(ours - expected).max() < 1e-5
 
 
@@ -118,7 +137,7 @@ def test_a_shared_tokenizer_gets_per_token_tables_and_the_paper_note(tiny_models
     out = tmp_path / "run"
     models = ["-m", f"diff={tiny_models['diff']}", "-m", f"base={tiny_models['base_a']}"]
     result = run_cli_in_process("run", "nll", *models, "--data-dir", str(data), "--ctx", "1k", "--buckets", "4",
-                                "--out", str(out))  # fmt: skip
+                                "--trained-at", "512", "--out", str(out))  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = run_cli_in_process("report", str(out), "--paper")
     assert report.returncode == 0, report.stderr
@@ -127,6 +146,9 @@ def test_a_shared_tokenizer_gets_per_token_tables_and_the_paper_note(tiny_models
     assert "Paper Figure 4 (no table)" in tables and "3 documents, 3 windows" in tables
     gain = pd.read_csv(out / "nll_gain.csv").set_index(["model", "bucket"])["gain_bpb"]
     assert gain["diff", 0] == 0 and gain["base", 0] == 0  # the first bucket's gain is 0 by definition
+    rise = pd.read_csv(out / "nll_past_training.csv").set_index(["model", "bucket"])["rise_nll"]
+    assert list(rise.index.get_level_values("bucket").unique()) == [1, 2, 3]  # from the last bucket inside 512
+    assert rise["diff", 1] == 0 and "the last inside the training length (512 tokens)" in tables
     paired = [line for line in tables.splitlines() if line.startswith("| diff   | base       | nll ")]
     assert len(paired) == 4  # one row per bucket
 
@@ -185,8 +207,8 @@ def test_the_view_shows_the_strip_and_where_the_models_differ(tiny_models, tmp_p
 
 
 def test_the_dry_run_sizes_every_window(tiny_models, tmp_path):
-    """The built-in pair on the shipped book at 64K (the pair was trained at 1K: --allow-overlength)."""
-    result = run_cli_in_process("run", "nll", "--ctx", "64k", "--allow-overlength", "--dry-run",
+    """The built-in pair on the shipped book at 64K (the pair has 64K positions; it was trained at 1K)."""
+    result = run_cli_in_process("run", "nll", "--ctx", "64k", "--dry-run",
                                 "--tokens-per-s", "1000", "--out", str(tmp_path / "run"))  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.strip().startswith(("│ diff", "│ base", "| diff"))]
@@ -202,6 +224,7 @@ def test_the_dry_run_sizes_every_window(tiny_models, tmp_path):
         (None, ["--ctx", "4k", "--windows", "50", "--data-dir", "{books}"], "use --windows"),
         (None, ["--docs", "0"], "--docs 0: give at least 1"),
         (None, ["--ctx", "1k,2k"], "give one length"),
+        (None, ["--ctx", "1k", "--trained-at", "4k"], "--trained-at 4,096 is not shorter than --ctx 1,024"),
         ("no-index", ["--data-dir", "{books}"], "no books.jsonl"),
         ("missing-file", ["--data-dir", "{books}"], "names gone, but gone.txt is not in"),
         ("no-text-field", ["--data", "hf:{books}"], "has no text field: its fields are body"),

@@ -31,7 +31,7 @@ from diffeval.config import option, parse_ctx, parse_str_list
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Tokenizer
-from diffeval.models.tokenizer import encode_choices_in_context
+from diffeval.models.tokenizer import PromptTokenizer, encode_choices_in_context
 from diffeval.paper import FIGURE7_TREC
 from diffeval.records import MayBeAbsent, Record, sample_id
 from diffeval.tasks.base import Listing, Reporting, Running, Scoring, Task, Viewing, with_cells
@@ -216,7 +216,12 @@ def prompt_texts(
 
 
 def resolve_max_shots(config, tokenizers: dict[str, Tokenizer]) -> dict[tuple[str, int], int]:
-    """`shots=max`: per dataset and draw, the largest k whose prompt fits every model's context."""
+    """`shots=max`: per dataset and draw, the largest k whose prompts fit every model's context in every order.
+
+    A first k comes from the draw's demonstrations encoded as one block (tokens count in context: a BPE merge can
+    cross the seam between two demonstrations, so they cost more or fewer than encoded one by one), beside the
+    longest query and label and the chat template's turns; then each order's whole prompt is built and encoded as
+    `evaluate` encodes it, and k shrinks until the longest fits."""
     options = config.options
     ctx = options.ctx[0]
     best = {}
@@ -228,28 +233,46 @@ def resolve_max_shots(config, tokenizers: dict[str, Tokenizer]) -> dict[tuple[st
             texts = [format_example(name, data.train[i].text, data.labels[data.train[i].label]) + "\n\n" for i in pool]
             k = len(texts)
             for model, tokenizer in tokenizers.items():
-                # beside the demonstrations: BOS, or the chat template's turns around an empty message
-                scaffold = (
-                    len(tokenizer.encode(tokenizer.render_prompt("", "", True, model)).ids)
-                    if config.chat_template
-                    else 1
-                )
-                labels = data.labels if config.chat_template else [" " + label for label in data.labels]
-                reserve = (
-                    scaffold
-                    + max(map(len, tokenizer.encode_many(queries, special_tokens=False)))
-                    + max(map(len, tokenizer.encode_many(labels, False)))
-                )
-                lengths = tokenizer.encode_many(texts[:k], special_tokens=False)
-                total, fitting = 0, 0
-                for length in map(len, lengths):
-                    if total + length + reserve > ctx:
-                        break
-                    total += length
-                    fitting += 1
-                k = min(k, fitting)
+                k = min(k, _shots_by_block(tokenizer, model, texts[:k], queries, data.labels, config, ctx))
+                renderer = PromptTokenizer(tokenizer, model)
+                while k > 0 and (over := _longest_prompt(renderer, name, k, draw, queries, data, config) - ctx) > 0:
+                    k -= max(1, over * k // ctx)  # about the demonstrations the overshoot holds
             best[(name, draw)] = k
     return best
+
+
+def _shots_by_block(tokenizer, model: str, texts: list[str], queries: list[str], labels, config, ctx: int) -> int:
+    """The most demonstrations, in the draw's order, whose block fits `ctx` beside the longest query and label."""
+    import bisect
+
+    scaffold = len(tokenizer.encode(tokenizer.render_prompt("", "", True, model)).ids) if config.chat_template else 1
+    labels = labels if config.chat_template else [" " + label for label in labels]
+    reserve = (
+        scaffold
+        + max(map(len, tokenizer.encode_many(queries, special_tokens=False)))
+        + max(map(len, tokenizer.encode_many(labels, False)))
+    )
+    encoding = tokenizer.encode("".join(texts), special_tokens=False)
+    ends = [end for _, end in encoding.offsets]  # a token belongs to the demonstrations up to where it ends
+    fitting, boundary = 0, 0
+    for count, text in enumerate(texts, 1):
+        boundary += len(text)
+        if bisect.bisect_right(ends, boundary) + reserve > ctx:
+            break
+        fitting = count
+    return fitting
+
+
+def _longest_prompt(renderer, name: str, shots: int, draw: int, queries: list[str], data, config) -> int:
+    """The tokens of the longest prompt (block, query and label, in one piece) over every order of `shots`."""
+    longest = 0
+    for kind, variants in parse_orders(config.options.orders):
+        for variant in range(variants):
+            block = demonstration_block(Run(name, shots, kind, variant, draw), config.options.data_dir, config.seed)
+            texts = prompt_texts(block, queries, data.labels, renderer, config.chat_template, renderer.name)
+            prefix, query_ids, choices = encode_choices_in_context(renderer, *texts)
+            longest = max(longest, len(prefix) + max(len(q) + max(map(len, c)) for q, c in zip(query_ids, choices)))
+    return longest
 
 
 def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list[ICLSample]:

@@ -59,6 +59,12 @@ class NLLOptions:
     data: str = option("books", help="books (the --data-dir folder, else the shipped book) | hf:DATASET[:SPLIT]")
     data_dir: str | None = option(None, help="a books folder: books.jsonl + <id>.txt (../shared/datasets/books)")
     buckets: int = option(16, help="position buckets per window, for the tables and the curve")
+    trained_at: int | None = option(
+        None,
+        help="the models' training length, e.g. 8k: adds the change in loss past it [default: none]",
+        parse=lambda v: parse_ctx(v)[0] if v not in (None, "") else None,
+        identity=False,
+    )
 
     def validate(self) -> None:
         if len(self.ctx) != 1:
@@ -69,6 +75,16 @@ class NLLOptions:
             raise InputError(f"--windows {self.windows}: give at least 1")
         if not 1 <= self.buckets <= self.ctx[0] // 2:
             raise InputError(f"--buckets {self.buckets}: give 1 to {self.ctx[0] // 2} (half of --ctx)")
+        if self.trained_at is not None and self.trained_at * self.buckets < self.ctx[0]:
+            raise InputError(
+                f"--trained-at {self.trained_at:,} is shorter than one bucket ({self.ctx[0] // self.buckets:,} "
+                "tokens): give more --buckets or a longer --trained-at"
+            )
+        if self.trained_at is not None and self.trained_at >= self.ctx[0]:
+            raise InputError(
+                f"--trained-at {self.trained_at:,} is not shorter than --ctx {self.ctx[0]:,}: nothing lies past it, "
+                "leave it out"
+            )
 
 
 @dataclass(frozen=True)
@@ -246,9 +262,10 @@ def _sums(group: pd.DataFrame, value: str, count: str) -> tuple[np.ndarray, np.n
     return sums, totals, clusters
 
 
-def _ratio_intervals(group: pd.DataFrame, value: str, count: str, scale: float, first_minus: bool = False):
+def _ratio_intervals(group: pd.DataFrame, value: str, count: str, scale: float, reference: int | None = None):
     """Per bucket: Σ value ÷ (scale · Σ count) over the windows, and its 95 % interval from a bootstrap of whole
-    documents; with `first_minus`, the first bucket's ratio minus each bucket's (the context gain)."""
+    documents; with a `reference` bucket, the reference's ratio minus each bucket's, in the same resamples (a paired
+    interval: the context gain from the first bucket, or the change past the training length)."""
     import numpy as np
 
     from diffeval.intervals import percentile_interval, resample
@@ -257,7 +274,7 @@ def _ratio_intervals(group: pd.DataFrame, value: str, count: str, scale: float, 
 
     def statistic(picks):  # picks: (resamples, clusters) → (resamples, buckets)
         ratio = sums[picks].sum(axis=1) / (scale * totals[picks].sum(axis=1))
-        return ratio[:, :1] - ratio if first_minus else ratio
+        return ratio if reference is None else ratio[:, reference : reference + 1] - ratio
 
     point = statistic(np.arange(len(sums))[None, :])[0]
     if len(sums) < 2:
@@ -267,14 +284,20 @@ def _ratio_intervals(group: pd.DataFrame, value: str, count: str, scale: float, 
     return point, bounds[:, 0], bounds[:, 1]
 
 
-def _position_table(records: pd.DataFrame, value: str, count: str, scale: float, metric: str, unit: str, first_minus):
+def _position_table(records, value: str, count: str, scale: float, metric: str, unit: str, reference=None, sign=1):
+    """One row per model and bucket (from `reference` on, when given): the bucket's ratio, or `sign` × (the
+    reference's minus the bucket's), with its interval, and the documents and windows behind it."""
     import pandas as pd
 
     rows, cells = [], []
     for model, group in records.groupby("model", sort=False):
-        point, low, high = _ratio_intervals(group, value, count, scale, first_minus)
+        point, low, high = _ratio_intervals(group, value, count, scale, reference)
+        if sign < 0:
+            point, low, high = -point, -high, -low
         width = (group["ctx"].iloc[0] if unit == "tokens" else group["bytes"].mean()) / len(point)
         for bucket, (p, lo, hi) in enumerate(zip(point, low, high)):
+            if reference is not None and bucket < reference:
+                continue
             rows.append(
                 {
                     "model": model,
@@ -293,14 +316,30 @@ def _position_table(records: pd.DataFrame, value: str, count: str, scale: float,
     return with_cells(table, cells, [{}] * table.shape[1])
 
 
+def training_bucket(options: NLLOptions) -> int | None:
+    """The last token bucket inside `--trained-at` (None without it)."""
+    if options.trained_at is None:
+        return None
+    return options.trained_at * options.buckets // options.ctx[0] - 1
+
+
 def tables(records: pd.DataFrame, options: NLLOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     shared = shared_tokens(records)
     out = {
-        "nll_bytes": _position_table(records, "byte_nll", "bucket_bytes", LN2, "bpb", "bytes", False),
-        "nll_gain": _position_table(records, "byte_nll", "bucket_bytes", LN2, "gain_bpb", "bytes", True),
+        "nll_bytes": _position_table(records, "byte_nll", "bucket_bytes", LN2, "bpb", "bytes"),
+        "nll_gain": _position_table(records, "byte_nll", "bucket_bytes", LN2, "gain_bpb", "bytes", reference=0),
     }
     if shared:
-        out["nll_tokens"] = _position_table(records, "token_nll", "token_counts", 1.0, "nll", "tokens", False)
+        out["nll_tokens"] = _position_table(records, "token_nll", "token_counts", 1.0, "nll", "tokens")
+    trained = training_bucket(options)
+    if trained is not None:  # each model in its own tokens: a statement about its own curve, any tokenizers
+        rise = _position_table(records, "token_nll", "token_counts", 1.0, "rise_nll", "tokens", trained, sign=-1)
+        rise.attrs["note"] = (
+            f"rise = NLL per token (nats) of each bucket minus that of bucket {trained}, the last inside the "
+            f"training length ({options.trained_at:,} tokens), in each model's own tokens; positive: the loss rises "
+            "past the training length; paired interval from a bootstrap of whole documents"
+        )
+        out["nll_past_training"] = rise
     view = (
         "The models share a tokenizer (the same ids in every window): per-token NLL by token position compares "
         "them, as the paper's plot does; bits per byte too."
@@ -478,6 +517,7 @@ TASK = Task(
             "nll_tokens": "NLL per token by token position",
             "nll_gain": "Context gain: bits per byte of the first bucket minus each bucket's",
             "nll_paired": "Paired DIFF − baseline difference per position bucket",
+            "nll_past_training": "Past the training length: change in NLL per token from its last bucket",
         },
         note=(
             "bits per byte = sum of token NLL / (ln 2 x bytes), a token counted in the bucket of its last UTF-8 byte; "
