@@ -146,7 +146,7 @@ def _fitted_end(doc: books.Document, start: int, tokenizer: Tokenizer, limit: in
     while True:
         piece = doc.text[start : start + span]
         encoding = tokenizer.encode(piece, special_tokens=False)
-        if len(encoding.ids) > limit:
+        if len(encoding.ids) >= limit:
             return start + encoding.offsets[limit - 1][1]
         if start + span >= len(doc.text):
             if index == 0:
