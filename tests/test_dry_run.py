@@ -237,7 +237,13 @@ def test_the_committed_reference_run_no_longer_times_a_new_one(monkeypatch):
     assert result.returncode == 0, result.stderr
     assert {cells[4] for cells in _table(result.stdout).values()} == {"n/a"}
     notes = [line for line in result.stdout.splitlines() if "time estimate" in line]
-    assert len(notes) == 1 and "ran on other hardware or threads, or before run.json recorded the machine" in notes[0]
+    # toy-pair is never a source; the committed nll runs of the same pair time it only on the machine that made
+    # them, and at 8K prompts, which a 1K run does not take a rate from
+    assert len(notes) == 1 and "results/toy-pair" not in notes[0]
+    assert (
+        "ran on other hardware or threads, or before run.json recorded the machine" in notes[0]
+        or "none within 1.25x of this run's" in notes[0]
+    ), notes[0]
 
 
 def test_calibrate_times_one_sample_per_length(tiny_models, tmp_path):

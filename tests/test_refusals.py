@@ -55,6 +55,8 @@ REFUSALS: dict[tuple[str, str], tuple[list[str], str]] = {
     ("run hallucination", "--data-dir"): ([*HALLUCINATION, "--data-dir", MISSING], MISSING),
     ("run hallucination", "--judge-cache"): ([*HALLUCINATION, "--judge-cache", "{file}"], "--judge-cache"),
     ("run outliers", "--haystack"): (["run", "outliers", *PAIR, "--haystack", f"essays:{MISSING}"], MISSING),
+    ("run nll", "--ctx"): (["run", "nll", *PAIR, "--ctx", "128k"], "exceeds diff's max_position"),
+    ("run nll", "--data-dir"): (["run", "nll", *PAIR, "--data-dir", MISSING], MISSING),
     ("run quantize", "--tasks"): (["run", "quantize", *PAIR, "--tasks", "no_such_lm_task"], "no_such_lm_task"),
     ("run quantize", "--include-path"): (["run", "quantize", *PAIR, "--include-path", MISSING], MISSING),
     ("run quantize", "--granularity"): (["run", "quantize", *PAIR, "--granularity", "bogus"], "bad --granularity"),

@@ -14,7 +14,12 @@ from pathlib import Path
 
 from diffeval.errors import InputError
 
-SHIPPED = Path(__file__).parent / "texts"  # Jane Austen's Persuasion (1818); provenance in its README.md
+# Jane Austen's Persuasion (1818), public domain: the whole novel, 466,828 bytes of ASCII, 111,667 tokens in Llama-3's
+# tokenizer, 121,623 in Mistral-7B's. From the Debian package r-cran-janeaustenr 1.0.0-1 (CRAN janeaustenr 1.0.0 by
+# Julia Silge; the text is Project Gutenberg's eBook #105), read from its data/Rdata.rdb (the object `persuasion`, a
+# vector of lines): the lines joined with "\n", trailing spaces stripped, runs of 3+ blank lines collapsed to 2, one
+# trailing newline. books.jsonl beside it holds its metadata in the shared books layout.
+SHIPPED = Path(__file__).parent / "texts"
 
 
 @dataclass(frozen=True)

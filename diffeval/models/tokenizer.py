@@ -30,7 +30,11 @@ class HFTokenizer:
     def document_start(self) -> list[int]:
         """The ids a scored document follows, so its first token is predicted too: what the tokenizer puts before a
         text (its BOS), else its EOS, as lm-eval's rolling log-likelihood does; [] where it has neither."""
-        before = self.hf("", add_special_tokens=True).input_ids
+        plain = self.hf("a", add_special_tokens=False).input_ids
+        marked = self.hf("a", add_special_tokens=True).input_ids
+        # the special tokens before the text (a tokenizer may add an EOS after it too: that one is not a start)
+        starts = (i for i in range(len(marked) - len(plain) + 1) if marked[i : i + len(plain)] == plain)
+        before = marked[: next(starts, 0)]
         if before:
             return list(before)
         return [self.hf.eos_token_id] if self.hf.eos_token_id is not None else []

@@ -234,9 +234,7 @@ def resolve_max_shots(config, tokenizers: dict[str, Tokenizer]) -> dict[tuple[st
             k = len(texts)
             for model, tokenizer in tokenizers.items():
                 k = min(k, _shots_by_block(tokenizer, model, texts[:k], queries, data.labels, config, ctx))
-                renderer = PromptTokenizer(tokenizer, model)
-                while k > 0 and (over := _longest_prompt(renderer, name, k, draw, queries, data, config) - ctx) > 0:
-                    k -= max(1, over * k // ctx)  # about the demonstrations the overshoot holds
+                k = _fitting_shots(PromptTokenizer(tokenizer, model), name, k, draw, queries, data, config)
             best[(name, draw)] = k
     return best
 
@@ -261,6 +259,21 @@ def _shots_by_block(tokenizer, model: str, texts: list[str], queries: list[str],
             break
         fitting = count
     return fitting
+
+
+def _fitting_shots(renderer, name: str, k: int, draw: int, queries: list[str], data, config) -> int:
+    """The most shots, at most k, whose every order's whole prompt fits the context: k shrinks by about the
+    demonstrations an overshoot holds, then grows back one at a time where a long step skipped some that fit."""
+    ctx = config.options.ctx[0]
+    over_at = None  # the fewest shots known not to fit
+    while k > 0 and (over := _longest_prompt(renderer, name, k, draw, queries, data, config) - ctx) > 0:
+        over_at = k
+        k -= max(1, over * k // ctx)
+    while over_at is not None and k + 1 < over_at:
+        if _longest_prompt(renderer, name, k + 1, draw, queries, data, config) > ctx:
+            break
+        k += 1
+    return k
 
 
 def _longest_prompt(renderer, name: str, shots: int, draw: int, queries: list[str], data, config) -> int:

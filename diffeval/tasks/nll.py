@@ -4,7 +4,7 @@ Recipe:
 1. documents: books from their first chapter (the `--data-dir` folder, else the book the package ships), or a
    dataset's `text` field (`--data hf:DATASET[:SPLIT]`); `--windows K` cuts K disjoint windows from each.
 2. windows (`prepare`, with every model's tokenizer): a window is the longest stretch of text from its start, cut at
-   whitespace, that fits `--ctx` − 1 tokens after the document-start token in every model's tokens, so every model
+   whitespace, that fits `--ctx` − 1 tokens with the document-start token in every model's tokens, so every model
    scores the same bytes (the position left over is the one token vLLM must generate after a prompt).
 3. backend: `token_nll` over [start token] + the window's tokens, one causal pass: every text token's NLL.
 4. scores (pure): per window, NLL summed per token-position bucket (token j at sequence position j) and per
@@ -215,8 +215,7 @@ def score(nll: np.ndarray, offsets: list, start_tokens: int, text: str, window: 
     token_bucket = positions * buckets // window.ctx
     byte_bucket = np.clip(last_byte, 0, size - 1) * buckets // size
     strip_bin = np.clip(last_byte, 0, size - 1) * STRIP_BINS // size
-    edges = np.arange(buckets + 1) * size // buckets
-    strip_edges = np.arange(STRIP_BINS + 1) * size // STRIP_BINS
+    edges, strip_edges = bucket_edges(size, buckets), bucket_edges(size, STRIP_BINS)
     strip = np.bincount(strip_bin, text_nll, STRIP_BINS) / (LN2 * np.maximum(np.diff(strip_edges), 1))
     total = float(text_nll.sum())
     return {
@@ -238,6 +237,12 @@ def score(nll: np.ndarray, offsets: list, start_tokens: int, text: str, window: 
         "bucket_bytes": np.diff(edges).tolist(),
         "strip": strip.round(4).tolist(),
     }
+
+
+def bucket_edges(size: int, buckets: int) -> list[int]:
+    """Where each of `buckets` buckets of `size` bytes starts (and, last, the end): byte b lies in bucket
+    b · buckets // size, so bucket k starts at the ceiling of k · size / buckets."""
+    return [-(-k * size // buckets) for k in range(buckets + 1)]
 
 
 # ---- tables ------------------------------------------------------------------------------------------------------
@@ -292,8 +297,8 @@ def _position_table(records, value: str, count: str, scale: float, metric: str, 
     rows, cells = [], []
     for model, group in records.groupby("model", sort=False):
         point, low, high = _ratio_intervals(group, value, count, scale, reference)
-        if sign < 0:
-            point, low, high = -point, -high, -low
+        if sign < 0:  # (+ 0.0: the reference bucket's 0 shows as 0, not −0)
+            point, low, high = 0.0 - point, 0.0 - high, 0.0 - low
         width = (group["ctx"].iloc[0] if unit == "tokens" else group["bytes"].mean()) / len(point)
         for bucket, (p, lo, hi) in enumerate(zip(point, low, high)):
             if reference is not None and bucket < reference:
@@ -323,7 +328,17 @@ def training_bucket(options: NLLOptions) -> int | None:
     return options.trained_at * options.buckets // options.ctx[0] - 1
 
 
+def common_windows(records: pd.DataFrame) -> pd.DataFrame:
+    """The records of the windows every model scored. A folder resumed with another model whose tokenizer fits
+    other windows also holds the earlier models' records of the earlier windows: those compare with nothing."""
+    models = records["model"].nunique()
+    return records[records.groupby("sample_id")["model"].transform("nunique") == models]
+
+
 def tables(records: pd.DataFrame, options: NLLOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
+    everyone = common_windows(records)
+    dropped = records["sample_id"].nunique() - everyone["sample_id"].nunique()
+    records = everyone
     shared = shared_tokens(records)
     out = {
         "nll_bytes": _position_table(records, "byte_nll", "bucket_bytes", LN2, "bpb", "bytes"),
@@ -347,10 +362,11 @@ def tables(records: pd.DataFrame, options: NLLOptions, paper: bool = False) -> d
         else "The models' tokenizers differ: only bits per byte by byte position compares them (per-token NLL "
         "counts different tokens); no per-token table."
     )
-    scored = records["bytes"].sum()
+    scored = records.drop_duplicates("sample_id")["bytes"].sum()
+    left_out = f" {dropped} window(s) that not every model scored are left out." if dropped else ""
     out["nll_bytes"].attrs["note"] = (
         f"{view} Every model scored the same {scored:,} bytes ({records['group'].nunique()} documents, "
-        f"{records['sample_id'].nunique()} windows)." + (f" {PAPER_NOTE}" if paper else "")
+        f"{records['sample_id'].nunique()} windows).{left_out}" + (f" {PAPER_NOTE}" if paper else "")
     )
     return out
 
@@ -363,6 +379,7 @@ def pair_tables(records: pd.DataFrame, pairs: list[tuple[str, str]], options: NL
 
     from diffeval.intervals import cluster_bootstrap
 
+    records = common_windows(records)
     views = [("bpb", "byte_nll", "bucket_bytes", LN2)]
     if shared_tokens(records):
         views.append(("nll", "token_nll", "token_counts", 1.0))
@@ -373,12 +390,16 @@ def pair_tables(records: pd.DataFrame, pairs: list[tuple[str, str]], options: NL
         if joined.empty:
             continue
         for metric, value, count, scale in views:
-            first = np.asarray(joined[value].tolist()) / (scale * np.maximum(np.asarray(joined[count].tolist()), 1))
-            second = np.asarray(joined[f"{value}_base"].tolist())
-            second = second / (scale * np.maximum(np.asarray(joined[f"{count}_base"].tolist()), 1))
+            counts = np.asarray(joined[count].tolist()), np.asarray(joined[f"{count}_base"].tolist())
+            with np.errstate(invalid="ignore", divide="ignore"):  # a bucket without tokens has no value
+                first = np.asarray(joined[value].tolist()) / (scale * counts[0])
+                second = np.asarray(joined[f"{value}_base"].tolist()) / (scale * counts[1])
             for bucket in range(first.shape[1]):
-                differences = first[:, bucket] - second[:, bucket]
-                stats = cluster_bootstrap(differences, joined["group"].to_numpy())
+                kept = (counts[0][:, bucket] > 0) & (counts[1][:, bucket] > 0)
+                if not kept.any():
+                    continue
+                differences = first[kept, bucket] - second[kept, bucket]
+                stats = cluster_bootstrap(differences, joined["group"].to_numpy()[kept])
                 rows.append(
                     {"diff": diff, "baseline": base, "metric": metric, "bucket": bucket, "n": len(differences),
                      "difference": differences.mean(), **stats}
@@ -402,6 +423,7 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
 
     from diffeval.plotting import plt
 
+    records = common_windows(records)
     shared = shared_tokens(records)
     value, count, scale = ("token_nll", "token_counts", 1.0) if shared else ("byte_nll", "bucket_bytes", LN2)
     fig, ax = plt.subplots(figsize=(6.5, 4))
@@ -449,10 +471,10 @@ def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool
     (a, left), (b, right) = list(records.items())[:2]
     gaps = [x - y for x, y in zip(left["strip"], right["strip"])]
     order = sorted(range(STRIP_BINS), key=lambda i: -abs(gaps[i]))[:DIFFERING_BINS]
-    starts = _byte_to_char(text)
+    starts, edges = _byte_to_char(text), bucket_edges(window.bytes, STRIP_BINS)
     pieces = []
     for i in sorted(order):
-        lo, hi = starts[i * window.bytes // STRIP_BINS], starts[(i + 1) * window.bytes // STRIP_BINS]
+        lo, hi = starts[edges[i]], starts[edges[i + 1]]
         stretch = text[lo:hi]
         shown = stretch if full_text or len(stretch) <= 400 else stretch[:200] + " … " + stretch[-200:]
         note = f"{a} {left['strip'][i]:.2f}, {b} {right['strip'][i]:.2f} bits per byte ({gaps[i]:+.2f})"
