@@ -98,6 +98,28 @@ def test_bits_per_byte_count_a_token_where_its_last_byte_falls():
     assert fields["nll_per_token"] == pytest.approx(2.5) and fields["tokens"] == 4
 
 
+def test_bucket_sizes_count_the_bytes_assigned_to_them():
+    for size, buckets in ((10, 3), (16_113, 16), (7, 7), (1000, 64)):
+        edges = nll.bucket_edges(size, buckets)
+        assigned = np.bincount(np.arange(size) * buckets // size, minlength=buckets)
+        assert edges[0] == 0 and edges[-1] == size and list(np.diff(edges)) == list(assigned)
+
+
+def test_tables_read_only_the_windows_every_model_scored():
+    """A folder resumed with another model whose tokenizer fits other windows keeps the earlier windows' records."""
+    import pandas as pd
+
+    def record(model, window, group):
+        sums = {"byte_nll": [7.0, 7.0], "bucket_bytes": [5, 5], "token_nll": [4.0, 4.0], "token_counts": [4, 3]}
+        return {"model": model, "sample_id": f"w{window}", "group": group, "ctx": 8, "bytes": 10, "ids_sha": "", **sums}
+
+    rows = [record(m, w, g) for m in ("a", "b") for w, g in ((1, "g1"), (2, "g2"))] + [record("a", 0, "g0")]
+    out = nll.tables(pd.DataFrame(rows), nll.NLLOptions(ctx=[8], buckets=2))
+    note = out["nll_bytes"].attrs["note"]
+    assert "the same 20 bytes (2 documents, 2 windows)" in note and "1 window(s) that not every model" in note
+    assert set(out["nll_bytes"]["windows"]) == {2}
+
+
 def test_every_model_scores_the_same_bytes_within_its_budget(tiny_models, tmp_path):
     data = write_books(tmp_path / "books")
     out = tmp_path / "run"
