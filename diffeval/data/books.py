@@ -30,13 +30,6 @@ class Document:
     group: str  # the unit of independence: a book (its windows depend on each other), or a dataset row
 
 
-def describe(source: str, data_dir: str | None) -> str:
-    """Where the documents come from, in words: for a run's messages and the table notes."""
-    if source.startswith("hf:"):
-        return f"dataset {source[3:]}"
-    return f"books in {data_dir}" if data_dir else "the shipped book (Austen, Persuasion)"
-
-
 def load(source: str, data_dir: str | None, count: int | None = None) -> list[Document]:
     """The first `count` documents (all when None) of `source`: "books" (the folder `data_dir`, else the shipped
     text) or "hf:DATASET[:SPLIT]"."""

@@ -209,7 +209,7 @@ def score(nll: np.ndarray, offsets: list, start_tokens: int, text: str, window: 
 
     text_nll = nll[start_tokens - 1 :]  # every text token is predicted: the start token comes before the first
     positions = np.arange(start_tokens, start_tokens + len(text_nll))
-    byte_ends = np.concatenate([[0], np.cumsum([len(c.encode("utf-8")) for c in text])])
+    byte_ends = np.concatenate([[0], np.cumsum(_char_bytes(text))])
     size = int(byte_ends[-1])
     last_byte = byte_ends[np.asarray([end for _, end in offsets], dtype=np.int64)] - 1
     token_bucket = positions * buckets // window.ctx
@@ -483,12 +483,18 @@ def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool
     return Document([*blocks, Section([Text(pieces, style="document")], title=title)])
 
 
-def _byte_to_char(text: str) -> list[int]:
+def _char_bytes(text: str) -> np.ndarray:
+    """Each character's UTF-8 length."""
+    import numpy as np
+
+    return np.fromiter((len(c.encode("utf-8")) for c in text), dtype=np.int64, count=len(text))
+
+
+def _byte_to_char(text: str) -> np.ndarray:
     """Index by byte offset (0 .. bytes) → the character that byte belongs to (the text's length at the end)."""
-    out = []
-    for i, c in enumerate(text):
-        out += [i] * len(c.encode("utf-8"))
-    return out + [len(text)]
+    import numpy as np
+
+    return np.append(np.repeat(np.arange(len(text)), _char_bytes(text)), len(text))
 
 
 RECORD_SCHEMA = {
