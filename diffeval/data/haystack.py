@@ -5,6 +5,11 @@ Sources:
 - `essays:PATH`: a folder of .txt files (read in sorted order, as gkamradt's NIAH does) or a JSON file holding a
   list of texts or `{"text": ...}` (RULER's PaulGrahamEssays.json).
 - `hf:DATASET[:SPLIT[:FIELD]]`: a text column of a `datasets` dataset (default split `train`, field `text`).
+- `book`: the novel the package ships (Persuasion, `data/texts`) from its first chapter: real prose offline, where
+  RULER reads Paul Graham's essays.
+- `needles:KEYS:VALUES`: RULER's haystack made of needles ("One of the special magic numbers for KEY is: VALUE."),
+  KEYS `words` or `uuids`, VALUES `numbers` or `uuids` (data/words.py); a sample's own needles never repeat a key or a
+  value of it.
 """
 
 from __future__ import annotations
@@ -37,6 +42,14 @@ def haystack_sentences(source: str, seed: int, min_words: int) -> list[str]:
     if source == "noise":
         reps = min_words // 3 + len(NOISE_SENTENCES)
         return [NOISE_SENTENCES[i % len(NOISE_SENTENCES)] for i in range(reps)]
+    if source.startswith("needles:"):
+        from diffeval.data.words import KEY_TYPES, VALUE_TYPES, needle_sentences
+
+        _, keys, values = (source.split(":") + ["", ""])[:3]
+        if keys not in KEY_TYPES or values not in VALUE_TYPES:
+            raise InputError(f"bad --haystack {source!r}: use needles:KEYS:VALUES, KEYS words or uuids, VALUES "
+                             "numbers or uuids")  # fmt: skip
+        return needle_sentences(keys, values, seed, min_words)
     corpus = _corpus_sentences(source)
     start = random.Random(f"haystack:{seed}").randrange(len(corpus))
     out: list[str] = []
@@ -53,12 +66,19 @@ def haystack_sentences(source: str, seed: int, min_words: int) -> list[str]:
 @lru_cache(maxsize=4)
 def _corpus_sentences(source: str) -> tuple[str, ...]:
     kind, _, arg = source.partition(":")
-    if kind == "essays" and arg:
+    if source == "book":
+        from diffeval.data.books import load
+
+        texts = [document.text for document in load("books", None)]
+    elif kind == "essays" and arg:
         texts = _read_essays(Path(arg).expanduser())
     elif kind == "hf" and arg:
         texts = _read_hf(arg)
     else:
-        raise InputError(f"bad --haystack {source!r}: use noise, essays:PATH or hf:DATASET[:SPLIT[:FIELD]]")
+        raise InputError(
+            f"bad --haystack {source!r}: use noise, book, needles:KEYS:VALUES, essays:PATH or "
+            "hf:DATASET[:SPLIT[:FIELD]]"
+        )
     sentences = tuple(s for text in texts for s in split_sentences(text))
     if len(sentences) < 10:
         raise InputError(f"haystack {source!r} holds fewer than 10 sentences: give a larger text source")

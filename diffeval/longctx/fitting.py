@@ -10,6 +10,7 @@ for a dry run without fitting it.
 from __future__ import annotations
 
 import bisect
+import re
 import weakref
 from dataclasses import dataclass, field
 
@@ -153,13 +154,22 @@ def fixed_part(layout: Layout, backend: Backend, budget: int, chat_template: boo
 
 
 def fit(
-    layout: Layout, backend: Backend, source: str, seed: int, budget: int, ctx: int, chat_template: bool, too_long: str
+    layout: Layout,
+    backend: Backend,
+    source: str,
+    seed: int,
+    budget: int,
+    ctx: int,
+    chat_template: bool,
+    too_long: str,
+    exclude: tuple[str, ...] = (),
 ) -> Fitted:
     """Fit the layout into `budget` tokens of this model: the most words of the (source, seed) haystack stream that
-    fit. `too_long` is the refusal when even no haystack overflows."""
+    fit, without its sentences that hold a word of `exclude`. `too_long` is the refusal when even no haystack
+    overflows."""
     encodings: dict[int, Encoding] = {0: fixed_part(layout, backend, budget, chat_template, too_long)}
     room = budget - len(encodings[0].ids)
-    haystack, tokens_through_word = stream(backend, source, seed, room)
+    haystack, tokens_through_word = stream(backend, source, seed, room, exclude)
 
     def fits(n_words: int) -> bool:
         if n_words not in encodings:
@@ -173,21 +183,29 @@ def fit(
     if fits(guess) and len(encodings[guess].ids) >= lowest_accepted:
         n_words = guess
     else:
-        n_words = _largest_fitting(fits, guess, len(haystack.words))
+        n_words = largest_fitting(fits, guess, len(haystack.words))
     text, insert_chars, haystack_chars = layout.render(haystack, n_words, backend, chat_template)
     encoding = encodings[n_words]
     return Fitted(text, encoding.ids, encoding.offsets, n_words, insert_chars, haystack_chars)
 
 
 def estimated_tokens(
-    layout: Layout, backend: Backend, source: str, seed: int, budget: int, ctx: int, chat_template: bool, too_long: str
+    layout: Layout,
+    backend: Backend,
+    source: str,
+    seed: int,
+    budget: int,
+    ctx: int,
+    chat_template: bool,
+    too_long: str,
+    exclude: tuple[str, ...] = (),
 ) -> int:
     """The tokens `fit` would give this layout, without fitting it: its fixed part plus the haystack words a fit
     tries first, read off the (source, seed) stream's per-word token counts. It misses what merges at the joins and
     a search below the first guess change; a fit lands within 1 % of ctx below its budget either way."""
     fixed = len(fixed_part(layout, backend, budget, chat_template, too_long).ids)
     room = budget - fixed
-    _, tokens_through_word = stream(backend, source, seed, room)
+    _, tokens_through_word = stream(backend, source, seed, room, exclude)
     return fixed + tokens_through_word[max(_first_guess(tokens_through_word, room, ctx), 0)]
 
 
@@ -200,20 +218,36 @@ def _first_guess(tokens_through_word: list[int], room: int, ctx: int) -> int:
 _streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def stream(backend: Backend, source: str, seed: int, room: int) -> tuple[Haystack, list[int]]:
-    """A haystack stream holding more than `room` tokens, with its per-word token counts (cached per model)."""
-    key = (source, 0 if source == "noise" else seed)  # the noise stream is the same for every seed
+def stream(
+    backend: Backend, source: str, seed: int, room: int, exclude: tuple[str, ...] = ()
+) -> tuple[Haystack, list[int]]:
+    """A haystack stream holding more than `room` tokens, with its per-word token counts (cached per model); with
+    `exclude`, the stream without its sentences that hold one of those words (any case, whole words)."""
+    key = (source, 0 if source == "noise" else seed, exclude)  # the noise stream is the same for every seed
     cache = _streams.setdefault(backend, {})
     if key in cache and cache[key][1][-1] > room:
         return cache[key]
     min_words = room + 64  # tokenizers give at least about one token per word; doubled below if not
     while True:
-        haystack = Haystack(haystack_sentences(source, seed, min_words))
+        sentences = haystack_sentences(source, seed, min_words)
+        if exclude:
+            sentences = without_words(sentences, exclude)
+            if not sentences:
+                raise InputError(f"every sentence of haystack {source!r} names one of {', '.join(exclude)}: "
+                                 "give another --haystack")  # fmt: skip
+        haystack = Haystack(sentences)
         counts = _tokens_through_word(backend, haystack.words)
         if counts[-1] > room:
             cache[key] = (haystack, counts)
             return haystack, counts
         min_words *= 2
+
+
+def without_words(sentences: list[str], words: tuple[str, ...]) -> list[str]:
+    """The sentences that hold none of `words` (case-insensitive, whole words): NoLiMa's rule that the haystack must
+    not mention what the question or the needle names."""
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+    return [s for s in sentences if not pattern.search(s)]
 
 
 def _tokens_through_word(backend: Backend, words: list[str]) -> list[int]:
@@ -228,7 +262,7 @@ def _tokens_through_word(backend: Backend, words: list[str]) -> list[int]:
     return counts
 
 
-def _largest_fitting(fits, guess: int, upper: int) -> int:
+def largest_fitting(fits, guess: int, upper: int) -> int:
     """Largest n in [0, upper] with fits(n), for a monotone fits (fits(0) holds): gallop from guess, then bisect."""
     guess = min(max(guess, 0), upper)
     step = 4

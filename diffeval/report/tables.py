@@ -223,6 +223,8 @@ def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
             cell = cell if isinstance(cell, tuple) else (cell,)
             clusters = None if labels is None else labels[group.index]
             stats = paired_difference(group[value], group[f"{value}_base"], clusters=clusters)
+            if task.reporting.floor is not None:
+                stats.update(floor_reading(group[value], group[f"{value}_base"], task.reporting.floor))
             rows.append({"diff": diff, "baseline": base, **dict(zip(keys, cell)), "metric": value, **stats})
             within = {k: v for k, v in zip(keys, cell) if not isinstance(v, str) or v != "all"}
             cells.append({"pair": [diff, base], **within})  # the samples both scored, as `sample_pairs` joins them
@@ -232,6 +234,14 @@ def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
     table = with_cells(table, cells, [{}] * table.shape[1])
     table.attrs["note"] = paired_note(task, table, pooled)
     return table
+
+
+def floor_reading(first: pd.Series, second: pd.Series, floor: float) -> dict:
+    """A paired cell where both models' mean is at most `floor` reads no difference: its figures are left empty."""
+    if max(first.mean(), second.mean()) > floor:
+        return {"reading": ""}
+    empty = {key: float("nan") for key in ("difference", "ci_low", "ci_high", "p_value")}
+    return {**empty, "reading": f"both at the floor (mean ≤ {floor}): no difference read"}
 
 
 def paired_note(task: Task, table: pd.DataFrame, pooled: bool) -> str:

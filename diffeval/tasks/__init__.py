@@ -10,7 +10,21 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from diffeval.config import RunConfig
-from diffeval.tasks import attention, hallucination, icl, needle, nll, outliers, quantize, zeroshot
+from diffeval.tasks import (
+    attention,
+    cwe,
+    hallucination,
+    icl,
+    mk_niah,
+    mv_niah,
+    needle,
+    nll,
+    nolima,
+    outliers,
+    quantize,
+    vt,
+    zeroshot,
+)
 from diffeval.tasks.base import Task, configure, registry
 
 
@@ -24,6 +38,11 @@ TASKS = registry(
     icl.TASK,
     hallucination.TASK,
     nll.TASK,
+    mk_niah.TASK,
+    mv_niah.TASK,
+    vt.TASK,
+    cwe.TASK,
+    nolima.TASK,
     outliers.TASK,
     quantize.TASK,
     zeroshot.TASK,

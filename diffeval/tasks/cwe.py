@@ -1,0 +1,181 @@
+"""Common-words extraction (RULER's cwe): aggregation over a long numbered list of words.
+
+Recipe (the rest is tasks/probe.py):
+1. sample: `--common` words (10) that appear `C` times each and as many other words as fit, `R` times each, in one
+   shuffled numbered list "1. harbour 2. gentle 3. ...". RULER's frequencies (`--frequencies ruler`): C = 30, R = 3
+   from 4K on; C = 6, R = 1 below 4K, where 300 entries would not fit. Words come from the shipped novel's vocabulary
+   (RULER: wonderwords); which are common and the list's order are pure functions of the sample.
+2. prompt: RULER's one-shot example first (40 words at 10 and 3 from 4K, 20 words at 3 and 1 below), then its
+   template and answer prefix, 120 tokens to generate. Each model's tokenizer fits its own number of other words
+   (binary search, as RULER does): the common words and their frequencies are the same for every model.
+3. score: RULER's string_match_all: the fraction of the common words found. No depth: the answer is everywhere.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from diffeval.config import option
+from diffeval.data.words import vocabulary
+from diffeval.errors import InputError
+from diffeval.longctx import fitting
+from diffeval.tasks import probe
+
+TOKENS_TO_GENERATE = 120  # RULER's cwe tokens_to_generate
+RULER_SHORT = 4096  # below this RULER uses its short frequencies
+HEAD = ("Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones "
+        "that appear most often.\n")  # fmt: skip
+
+
+def question(common: int) -> str:
+    return f"\nQuestion: What are the {common} most common words in the above list?"
+
+
+def answer_prefix(common: int) -> str:
+    return f" Answer: The top {common} words that appear most often in the list are:"
+
+
+@dataclass(frozen=True)
+class CWEOptions(probe.ProbeOptions):
+    """RULER's common-words extraction: how many words are common and how often words appear."""
+
+    common: int = option(10, help="words that appear most often; all are asked for (RULER: 10)")
+    frequencies: str = option(
+        "ruler", help="ruler (30 and 3 from 4K, 6 and 1 below) | C,R: each common word C times, each other R times"
+    )
+
+    def settings(self) -> list[str]:
+        return [f"common={self.common} freq={self.frequencies.replace(',', '/')}"]
+
+    def validate(self) -> None:
+        super().validate()
+        if self.common < 1:
+            raise InputError(f"--common {self.common}: give at least 1 common word")
+        if self.frequencies != "ruler":
+            parts = self.frequencies.split(",")
+            if len(parts) != 2 or not all(p.isdigit() for p in parts) or not int(parts[0]) > int(parts[1]) >= 1:
+                raise InputError(f"--frequencies {self.frequencies!r}: use ruler, or C,R with C > R >= 1 (30,3)")
+
+    def counts(self, ctx: int) -> tuple[int, int]:
+        """(common word frequency, other word frequency) at this length."""
+        if self.frequencies == "ruler":
+            return (6, 1) if ctx < RULER_SHORT else (30, 3)
+        common, rare = self.frequencies.split(",")
+        return int(common), int(rare)
+
+
+def numbered(words: list[str]) -> str:
+    return " ".join(f"{i + 1}. {word}" for i, word in enumerate(words))
+
+
+def word_list(words: list[str], common: int, freqs: tuple[int, int], rare: int, key: str) -> list[str]:
+    """The list of a sample with `rare` other words: the first `common` words `freqs[0]` times, the next `rare`
+    `freqs[1]` times, shuffled by (sample, rare)."""
+    entries = words[:common] * freqs[0] + words[common : common + rare] * freqs[1]
+    random.Random(f"{key}|rare={rare}").shuffle(entries)
+    return entries
+
+
+def example(rng: random.Random, ctx: int, common: int) -> str:
+    """RULER's one-shot example: a short list of its own words, the template and the answer."""
+    size, freqs = (20, (3, 1)) if ctx < RULER_SHORT else (40, (10, 3))
+    words = rng.sample(vocabulary(), size)
+    entries = word_list(words, common, freqs, size - common, f"example|{rng.random()}")
+    return (HEAD + numbered(entries) + question(common) + answer_prefix(common) + " "
+            + numbered(words[:common]) + "\n")  # fmt: skip
+
+
+def make_sample(options: CWEOptions, seed: int, ctx: int, depth, setting: str, index: int):
+    key = probe.cell_key(seed, ctx, None, setting, index)
+    rng = probe.sample_rng("cwe", key)
+    words = list(vocabulary())
+    rng.shuffle(words)  # the first `common` are the common words, then the others in the order a fit takes them
+    head = example(rng, ctx, options.common) + HEAD
+    return probe.new_sample(
+        "cwe", key, ctx=ctx, depth=None, setting=setting, seed=seed, index=index, head=head,
+        tail=question(options.common), answer_prefix=answer_prefix(options.common), inserts=[],
+        expected=words[: options.common], haystack="", haystack_seed=0, token_limit=TOKENS_TO_GENERATE,
+        extra={"words": words, "freqs": list(options.counts(ctx)), "key": key},
+    )  # fmt: skip
+
+
+def _render(sample, rare: int, backend, chat_template: bool) -> tuple[str, list[str], int]:
+    """The prompt with `rare` other words, its list and where the list starts in the text."""
+    common = len(sample.expected)
+    entries = word_list(sample.extra["words"], common, tuple(sample.extra["freqs"]), rare, sample.extra["key"])
+    text = backend.render_prompt(sample.head + numbered(entries) + sample.tail, sample.answer_prefix, chat_template)
+    return text, entries, text.index(sample.head) + len(sample.head)
+
+
+def fit(sample, backend, budget: int, chat_template: bool, refusal: str) -> probe.ProbePrompt:
+    """The most other words whose list fits `budget` tokens of this model."""
+    encodings = {}
+
+    def fits(rare: int) -> bool:
+        if rare not in encodings:
+            encodings[rare] = backend.encode(_render(sample, rare, backend, chat_template)[0])
+        return len(encodings[rare].ids) <= budget
+
+    if not fits(0):
+        raise InputError(refusal)
+    available = len(sample.extra["words"]) - len(sample.expected)
+    per_entry = max(len(encodings[0].ids) // max(len(sample.expected) * sample.extra["freqs"][0], 1), 1)
+    guess = (budget - len(encodings[0].ids)) // (per_entry * sample.extra["freqs"][1])
+    rare = fitting.largest_fitting(fits, guess, available)
+    text, entries, list_start = _render(sample, rare, backend, chat_template)
+    encoding = encodings[rare]
+    to_tokens = fitting.CharToToken(encoding.offsets)
+    common = set(sample.expected)
+    answers, cursor = [], list_start
+    for i, word in enumerate(entries):
+        at = text.index(f"{i + 1}. {word}", cursor) + len(f"{i + 1}. ")
+        if word in common:
+            answers.append(list(to_tokens.span(at, at + len(word))))
+        cursor = at + len(word)
+    return probe.ProbePrompt(
+        ids=encoding.ids,
+        text=text,
+        offsets=encoding.offsets,
+        haystack_words=len(entries),
+        spans={"inserts": [], "answers": answers, "haystack": list(to_tokens.span(list_start, cursor))},
+    )
+
+
+def most_that_fits(options: CWEOptions, sample, backend, budget, chat_template) -> str:
+    from dataclasses import replace
+
+    for common in range(options.common - 1, 0, -1):
+        fewer = replace(sample, expected=sample.expected[:common], tail=question(common),
+                        answer_prefix=answer_prefix(common))  # fmt: skip
+        if len(backend.encode(_render(fewer, 0, backend, chat_template)[0]).ids) <= budget:
+            return f"{common} common words at frequency {sample.extra['freqs'][0]} (--common, --frequencies)"
+    return "no common word at this frequency (--frequencies)"
+
+
+def pieces(prompt: probe.ProbePrompt, sample, whole: bool) -> list:
+    """The prompt with every occurrence of a common word marked; the other words are the distractors."""
+    from diffeval.tasks.blocks import Mark
+
+    starts = fitting.CharToToken(prompt.offsets).starts + [len(prompt.text)]
+    out: list = []
+    cursor = 0
+    for start, end in prompt.spans["answers"]:
+        out.append(prompt.text[cursor : starts[start]])
+        word = prompt.text[starts[start] : starts[end]]
+        out.append(Mark([word], tone="strong", kind="number", note=f"common word: tokens {start}-{end}"))
+        cursor = starts[end]
+    out.append(prompt.text[cursor:])
+    return [piece for piece in out if piece != ""]
+
+
+RECIPE = probe.Recipe(name="cwe", make_sample=make_sample, most_that_fits=most_that_fits, fit=fit, has_depth=False,
+                      pieces=pieces)  # fmt: skip
+TASK = probe.probe_task(
+    RECIPE,
+    CWEOptions,
+    help="Common-words extraction: the most frequent words of a long list (RULER's cwe).",
+    note="score = RULER's string_match_all: the fraction of the common words found in the output, any case; every "
+    "other word of the list is a distractor",
+    token_limit=lambda options: TOKENS_TO_GENERATE,
+)

@@ -1,0 +1,77 @@
+"""Multi-value needle-in-a-haystack (RULER's niah_multivalue).
+
+Recipe (the rest is tasks/probe.py):
+1. sample: `--values` needles "One of the special magic numbers for KEY is: VALUE." with one word key and distinct
+   7-digit values, in an essay haystack (`--haystack`, default the shipped novel); the first at the cell's depth, the
+   others at seeded random depths.
+2. prompt: RULER's template ("What are all the special magic numbers for KEY ...?"), 128 tokens to generate.
+3. score: RULER's string_match_all: the fraction of the values found (partial credit per value).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from diffeval.config import option
+from diffeval.data.haystack import haystack_sentences
+from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
+from diffeval.errors import InputError
+from diffeval.tasks import probe
+from diffeval.tasks.mk_niah import TOKENS_TO_GENERATE, template
+
+
+@dataclass(frozen=True)
+class MVNiahOptions(probe.DepthOptions):
+    """RULER's multi-value NIAH: values per key and the essay haystack."""
+
+    values: int = option(4, help="needles sharing the one key, each with its own value; all are asked for (RULER: 4)")
+    haystack: str = option("book", help="book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise")
+
+    def settings(self) -> list[str]:
+        return [f"values={self.values}"]
+
+    def validate(self) -> None:
+        super().validate()
+        if not 1 <= self.values <= RESERVED_PAIRS:
+            raise InputError(f"--values {self.values}: give 1 to {RESERVED_PAIRS} values")
+
+
+def make_sample(options: MVNiahOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
+    key = probe.cell_key(seed, ctx, depth, setting, index)
+    rng = probe.sample_rng("mv-niah", key)
+    haystack_seed = rng.randrange(2**31)
+    pairs = key_value_pairs("words", "numbers", rng.randrange(2**31))
+    chosen = [next(pairs) for _ in range(options.values)]
+    word = chosen[0][0]
+    values = [value for _, value in chosen]
+    depths = [float(depth)] + [round(rng.uniform(0, 100), 2) for _ in range(options.values - 1)]
+    inserts = [probe.Insert(d, needle_sentence(word, v, "numbers"), probe.ANSWER, [v]) for d, v in zip(depths, values)]
+    head, tail, prefix = template("numbers", options.values, word)
+    return probe.new_sample(
+        "mv-niah", key, ctx=ctx, depth=depth, setting=setting, seed=seed, index=index, head=head, tail=tail,
+        answer_prefix=prefix, inserts=inserts, expected=values, haystack=options.haystack,
+        haystack_seed=haystack_seed, token_limit=TOKENS_TO_GENERATE,
+    )  # fmt: skip
+
+
+def most_that_fits(options, sample, backend, budget, chat_template) -> str:
+    for values in range(len(sample.inserts) - 1, 0, -1):
+        fewer = replace(sample, inserts=sample.inserts[:values])
+        if probe.fixed_tokens(fewer, backend, chat_template) <= budget:
+            return f"{values} values (--values)"
+    return "no value"
+
+
+def check_inputs(config) -> None:
+    haystack_sentences(config.options.haystack, config.seed, 10)
+
+
+RECIPE = probe.Recipe(name="mv-niah", make_sample=make_sample, most_that_fits=most_that_fits)
+TASK = probe.probe_task(
+    RECIPE,
+    MVNiahOptions,
+    help="Multi-value NIAH: one key, several values (RULER's niah_multivalue).",
+    note="score = RULER's string_match_all: the fraction of the key's values found in the output, any case",
+    token_limit=lambda options: TOKENS_TO_GENERATE,
+    check_inputs=check_inputs,
+)

@@ -1,0 +1,131 @@
+"""Variable tracking (RULER's variable_tracking): follow a chain of assignments through noise, past distractor chains.
+
+Recipe (the rest is tasks/probe.py):
+1. sample: `--chains` chains of `--hops` hops, "VAR QPXLT = 48213", "VAR HDWZE = VAR QPXLT ", ... (5 capital letters,
+   5-digit values, every name and value distinct), in the noise haystack. The first chain is asked for: its first
+   assignment sits at the cell's depth, the rest in order at seeded depths after it. The other chains are the
+   distractors, in order at seeded random depths (RULER: 1 chain of 4 hops, so no distractor by default).
+2. prompt: RULER's one-shot example first (a chain of 3-letter names in a short noise text, with its answer), then
+   its template and answer prefix (its spelling "assgined" kept, so prompts compare), 30 tokens to generate.
+3. score: RULER's string_match_all: the fraction of the chain's hops + 1 names found.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass, replace
+
+from diffeval.config import option
+from diffeval.data.haystack import NOISE_SENTENCES, haystack_sentences
+from diffeval.errors import InputError
+from diffeval.tasks import probe
+
+TOKENS_TO_GENERATE = 30  # RULER's variable_tracking tokens_to_generate
+INSTRUCTION = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+EXAMPLE_NOISE_SENTENCES = 20  # the one-shot example's noise (RULER fits its example into 500 tokens)
+
+
+def question(value: str) -> str:
+    return f"\nQuestion: Find all variables that are assigned the value {value} in the text above."
+
+
+def answer_prefix(count: int, value: str) -> str:
+    return (f" Answer: According to the chain(s) of variable assignment in the text above, {count} variables are "
+            f"assgined the value {value}, they are: ")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class VTOptions(probe.DepthOptions):
+    """RULER's variable tracking: chains (the first asked for, the others distractors) and hops per chain."""
+
+    chains: int = option(1, help="chains of assignments; the first is asked for, the others are distractors")
+    hops: int = option(4, help="assignments after a chain's first (RULER: 4, so 5 names per chain)")
+    haystack: str = option("noise", help="noise (RULER's) | book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+
+    def settings(self) -> list[str]:
+        return [f"chains={self.chains} hops={self.hops}"]
+
+    def validate(self) -> None:
+        super().validate()
+        if self.hops < 1:
+            raise InputError(f"--hops {self.hops}: a chain needs at least 1 hop (VAR B = VAR A), RULER uses 4")
+        if self.chains < 1:
+            raise InputError(f"--chains {self.chains}: give at least 1 chain (the one asked for)")
+
+
+def chains(rng: random.Random, count: int, hops: int, letters: int) -> list[tuple[list[str], str]]:
+    """`count` chains of hops + 1 distinct names and a distinct 5-digit value each."""
+    names: list[str] = []
+    while len(names) < count * (hops + 1):
+        name = "".join(rng.choices(string.ascii_uppercase, k=letters))
+        if name not in names:
+            names.append(name)
+    values: list[str] = []
+    while len(values) < count:
+        value = str(rng.randint(10000, 99999))
+        if value not in values:
+            values.append(value)
+    return [(names[i * (hops + 1) : (i + 1) * (hops + 1)], values[i]) for i in range(count)]
+
+
+def statements(names: list[str], value: str) -> list[str]:
+    """A chain as RULER writes it (each hop's statement ends with a space)."""
+    return [f"VAR {names[0]} = {value}"] + [f"VAR {b} = VAR {a} " for a, b in zip(names, names[1:])]
+
+
+def example(rng: random.Random, hops: int) -> str:
+    """RULER's one-shot example: one chain of 3-letter names in a short noise text, its question and answer."""
+    (names, value), = chains(rng, 1, hops, 3)
+    noise = [NOISE_SENTENCES[i % len(NOISE_SENTENCES)] for i in range(EXAMPLE_NOISE_SENTENCES)]
+    for statement, at in zip(statements(names, value), sorted(rng.sample(range(len(noise)), hops + 1)), strict=True):
+        noise[at] = f"{noise[at]} {statement}"
+    return (INSTRUCTION + " ".join(noise) + question(value) + answer_prefix(hops + 1, value) + " ".join(names)
+            + "\n\n")  # fmt: skip
+
+
+def make_sample(options: VTOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
+    key = probe.cell_key(seed, ctx, depth, setting, index) + f"|haystack={options.haystack}"
+    rng = probe.sample_rng("vt", key)
+    haystack_seed = rng.randrange(2**31)
+    drawn = chains(rng, options.chains, options.hops, 5)
+    inserts = []
+    for c, (names, value) in enumerate(drawn):
+        if c == 0:
+            depths = probe.follow_depths(depth, options.hops + 1, rng)
+        else:
+            depths = sorted(round(rng.uniform(0, 100), 2) for _ in range(options.hops + 1))
+        role = probe.ANSWER if c == 0 else probe.DISTRACTOR
+        inserts += [probe.Insert(d, s, role, [n]) for d, s, n in zip(depths, statements(names, value), names)]
+    names, value = drawn[0]
+    return probe.new_sample(
+        "vt", key, ctx=ctx, depth=depth, setting=setting, seed=seed, index=index,
+        head=example(rng, options.hops) + INSTRUCTION, tail=question(value),
+        answer_prefix=answer_prefix(options.hops + 1, value), inserts=inserts, expected=names,
+        haystack=options.haystack, haystack_seed=haystack_seed, token_limit=TOKENS_TO_GENERATE,
+    )  # fmt: skip
+
+
+def most_that_fits(options: VTOptions, sample, backend, budget, chat_template) -> str:
+    per_chain = options.hops + 1
+    for count in range(options.chains - 1, 0, -1):
+        fewer = replace(sample, inserts=sample.inserts[: count * per_chain])
+        if probe.fixed_tokens(fewer, backend, chat_template) <= budget:
+            return f"{count} chains of {options.hops} hops (--chains)"
+    return f"no chain of {options.hops} hops beside the example: use fewer --hops"
+
+
+def check_inputs(config) -> None:
+    haystack_sentences(config.options.haystack, config.seed, 10)
+
+
+RECIPE = probe.Recipe(name="vt", make_sample=make_sample, most_that_fits=most_that_fits)
+TASK = probe.probe_task(
+    RECIPE,
+    VTOptions,
+    help="Variable tracking: a chain of assignments among distractor chains (RULER's variable_tracking).",
+    note="score = RULER's string_match_all: the fraction of the asked chain's names found in the output, any case; "
+    "names of a distractor chain in the output count in `distractor_named`",
+    token_limit=lambda options: TOKENS_TO_GENERATE,
+    check_inputs=check_inputs,
+)
