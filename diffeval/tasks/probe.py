@@ -229,6 +229,23 @@ def make_samples_for(recipe: Recipe):
     return make_samples
 
 
+def check_fits_with(recipe: Recipe):
+    def prepare(config, tokenizers: dict) -> None:
+        """Refuse before any engine starts where a length cannot hold a sample's fixed part (too many keys, chains or
+        common words): one fit per length and setting, per model, of the cell's first sample."""
+        from diffeval.models.tokenizer import PromptTokenizer
+
+        options = config.options
+        prompt_tokenizers = [PromptTokenizer(tokenizer, name) for name, tokenizer in tokenizers.items()]
+        for ctx in options.ctx:
+            for setting in options.settings():
+                sample = recipe.make_sample(options, config.seed, ctx, options.cell_depths()[0], setting, 0)
+                for tokenizer in prompt_tokenizers:
+                    fitted_prompt(recipe, sample, tokenizer, config)
+
+    return prepare
+
+
 def fitted_prompt(recipe: Recipe, sample: ProbeSample, backend: Backend, config) -> ProbePrompt:
     """The sample's prompt fitted to ctx minus its token limit (the task, the attention analysis and the viewer
     build prompts this one way); refused, naming the most that fits, when even no haystack leaves room."""
@@ -545,6 +562,7 @@ def probe_task(recipe: Recipe, options: type, help: str, note: str, token_limit:
             needs=frozenset({"generate"}),
             budget=budget,
             check_inputs=check_inputs,
+            prepare=check_fits_with(recipe),
             prepare_batch=prepare_batch,
             sizing=sizing_for(recipe),
         ),
