@@ -168,6 +168,29 @@ def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
     assert len(differing) <= 0.01 * len(hf)
 
 
+@pytest.mark.parametrize(
+    "task, extra",
+    [
+        ("mk-niah", ["--variants", "1,2"]),
+        ("mv-niah", []),
+        ("vt", ["--chains", "2"]),
+        ("cwe", ["--common", "5", "--frequencies", "4,1"]),
+        ("nolima", []),
+    ],
+)
+def test_probe_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path, task, extra):
+    """The noise probes (tasks/probe.py) on both engines: the same prompts, and greedy outputs compared sample by
+    sample, as needle's."""
+    depths = [] if task == "cwe" else ["--depths", "0,50"]
+    models = ["-m", "toy=toy-diff", "-m", f"gqa={gqa_llama}"]
+    hf, vllm = _both_backends(tmp_path, "run", task, *models, "--ctx", "1k", *depths, "--samples", "2", *extra)
+    assert all(hf[key]["prompt_tokens"] == vllm[key]["prompt_tokens"] for key in hf)
+    assert all(hf[key]["spans"] == vllm[key]["spans"] for key in hf)
+    differing = [key for key in hf if hf[key]["output"] != vllm[key]["output"]]
+    print(f"{task}: {len(hf) - len(differing)}/{len(hf)} outputs identical; differing: {differing}")
+    assert len(differing) <= 0.05 * len(hf) + 1
+
+
 def test_nll_by_position_is_the_same_on_both_backends(gqa_llama, tmp_path):
     """The nll task through the command line: the same windows, and per-bucket sums within the log-prob parity."""
     models = ["-m", "toy=toy-diff", "-m", f"gqa={gqa_llama}"]

@@ -555,7 +555,6 @@ def probe_task(recipe: Recipe, options: type, help: str, note: str, token_limit:
         name=recipe.name,
         help=help,
         options=options,
-        run_options=("chat_template",),
         running=Running(
             make_samples=make_samples_for(recipe),
             evaluate=evaluate,
