@@ -250,3 +250,48 @@ def test_the_ruler_core_preset_runs_rulers_defaults(tmp_path):
     assert (by_task["vt"].chains, by_task["vt"].hops) == (1, 4)
     assert by_task["cwe"].common == 10 and by_task["cwe"].counts(4096) == (30, 3)
     assert all(options.ctx == [4096] for options in by_task.values())
+
+
+@pytest.mark.parametrize("probe_name, extra", [("mk-niah", ["--variants", "1,2"]), ("vt", ["--chains", "3"])])
+def test_distractor_attention_splits_the_answer_from_the_distractors(tmp_path, probe_name, extra):
+    """On the probe's own samples (the same ids as its runs), for a V1 DIFF, a V2 DIFF and a baseline: every segment
+    holds the tokens it should, each map's segment shares add up to its row sum, and the table reports the answer
+    against the distractors per map."""
+    from diffeval.tasks import distractor_attention
+
+    out = tmp_path / probe_name
+    models = ["-m", "diff=toy-diff", "-m", "diff2=toy-diff2", "-m", "base=toy-base"]
+    result = run_cli("run", "distractor-attention", *models, "--probe", probe_name, "--ctx", "1k", "--depths", "50",
+                     "--samples", "1", *extra, "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    options = distractor_attention.DistractorAttentionOptions(
+        ctx=[1024], depths=[50], samples=1, probe=probe_name,
+        **({"variants": [1, 2]} if probe_name == "mk-niah" else {"chains": 3}),
+    )  # fmt: skip
+    samples = distractor_attention.make_samples(options, 0)
+    assert {r["sample_id"] for r in rows} == {s.sample_id for s in samples}
+    probe_samples = probe.make_samples_for(distractor_attention.recipe_of(options))(options.probe_options(), 0)
+    assert [s.sample_id for s in samples] == [s.sample_id for s in probe_samples]  # the probe's own samples
+    for row in rows:
+        assert row["tokens"]["answer"] > 0 and row["tokens"]["needles"] > 0 and row["tokens"]["sink"] == 1
+        if row["setting"] == "multikey_2":  # a haystack made of needles: all of it is distractors
+            assert row["tokens"]["noise"] == 0
+        maps = row["shares"]
+        assert set(maps) == ({"softmax"} if row["model"] == "base" else {"A1", "A2", "diff"})
+        for shares in maps.values():
+            for layer, total in enumerate(shares["row_sum"]):
+                parts = sum(shares[s][layer] for s in ("answer", "needles", "noise", "scaffold", "sink"))
+                assert parts == pytest.approx(total, abs=1e-6)
+        if row["model"] != "base":
+            assert all(abs(total - 1) < 1e-6 for total in maps["A1"]["row_sum"])
+    table = (out / "answer_vs_distractors.csv").read_text()
+    assert "distractors per 1K tokens" in table and "v2" in table and "baseline" in table
+
+
+def test_distractor_attention_refuses_a_probe_without_distractors(tmp_path):
+    for args, message in ((["--probe", "nolima"], "bad --probe 'nolima'"),
+                          (["--probe", "vt", "--chains", "1"], "no distractor chain")):  # fmt: skip
+        result = run_cli("run", "distractor-attention", *PAIR, *args, "--ctx", "1k", "--out", str(tmp_path / "o"))
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1

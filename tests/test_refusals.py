@@ -21,7 +21,7 @@ PAIR = ["-m", "diff=toy-diff", "-m", "base=toy-base"]
 NEEDLE = ["run", "needle", *PAIR, "--ctx", "1k", "--samples", "1", "--depths", "0"]
 HALLUCINATION = ["run", "hallucination", *PAIR, "--ctx", "1k", "--samples", "1", "--judge", "overlap"]
 ICL = ["run", "icl", *PAIR, "--ctx", "1k", "--dataset", "trec", "--data-dir", "package:fixtures"]
-PROBES = ("mk-niah", "mv-niah", "vt", "cwe", "nolima")
+PROBES = ("mk-niah", "mv-niah", "vt", "cwe", "nolima", "distractor-attention")
 
 # (command, option) → (arguments that give that option a value naming something absent, what the one line says).
 # `run *` stands for the options every task has (RunConfig's), given here to `run needle`. "{run}" is a real run
@@ -58,6 +58,7 @@ REFUSALS: dict[tuple[str, str], tuple[list[str], str]] = {
     ("run outliers", "--haystack"): (["run", "outliers", *PAIR, "--haystack", f"essays:{MISSING}"], MISSING),
     ("run nll", "--ctx"): (["run", "nll", *PAIR, "--ctx", "128k"], "exceeds diff's max_position"),
     ("run nll", "--data-dir"): (["run", "nll", *PAIR, "--data-dir", MISSING], MISSING),
+    ("run distractor-attention", "--probe"): (["run", "distractor-attention", *PAIR, "--probe", "bogus"], "bogus"),
     ("run nolima", "--needle-set"): (["run", "nolima", *PAIR, "--ctx", "1k", "--needle-set", MISSING], MISSING),
     ("run quantize", "--tasks"): (["run", "quantize", *PAIR, "--tasks", "no_such_lm_task"], "no_such_lm_task"),
     ("run quantize", "--include-path"): (["run", "quantize", *PAIR, "--include-path", MISSING], MISSING),
@@ -114,7 +115,7 @@ REFUSALS |= {
 NAMING = re.compile(
     r"^(--)?(model|spec|ctx|base-lengths|haystack|dataset|data-dir|test-indices|tasks|include-path|judge|"
     r"judge-backend|judge-cache|backend|device|dtype|attn-impl|from|kind|scoring|length-norm|granularity|rows|span|"
-    r"format|fail-under|config|preset|src|logs|run_dirs|old|new|work|needle-set)$"
+    r"format|fail-under|config|preset|src|logs|run_dirs|old|new|work|needle-set|probe)$"
 )
 DESTINATIONS = {("toy train", "--work")}  # written, not read
 

@@ -13,6 +13,7 @@ from diffeval.config import RunConfig
 from diffeval.tasks import (
     attention,
     cwe,
+    distractor_attention,
     hallucination,
     icl,
     mk_niah,
@@ -43,6 +44,7 @@ TASKS = registry(
     vt.TASK,
     cwe.TASK,
     nolima.TASK,
+    distractor_attention.TASK,
     outliers.TASK,
     quantize.TASK,
     zeroshot.TASK,

@@ -168,7 +168,7 @@ def tables(records: pd.DataFrame, options: AttentionOptions, paper: bool = True)
         if not suffix and not multi_length:  # the headline raw shares, beside the paper's Table 3
             table = with_rows(table, _paper_rows(sorted(frame["depth"].unique())))
         out[f"table3_{label}"] = with_cells(table.round(3), row_cells, column_cells)
-    segments = _segment_table(frame)
+    segments = segment_table(frame)
     out["segments"] = with_cells(segments, [{"model": m} for m, _ in segments.index], [{}] * segments.shape[1])
     per_layer = _per_layer_table(frame)
     out["per_layer"] = with_cells(per_layer, [{}] * len(per_layer), [{"model": m} for m in frame["model"].unique()])
@@ -185,7 +185,7 @@ def _paper_rows(depths: list[int]) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def _segment_table(frame: pd.DataFrame) -> pd.DataFrame:
+def segment_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Mean raw and normalised share of every segment, per model and map."""
     import pandas as pd
 

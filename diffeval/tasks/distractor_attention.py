@@ -1,0 +1,233 @@
+"""Attention to the distractors: the noise-cancelling claim measured on the probes' samples.
+
+Recipe:
+1. samples: a probe's own samples (`--probe mk-niah`: RULER's multi-key needles; `--probe vt`: variable tracking with
+   distractor chains), built by its recipe with the same seed, so the prompts and token spans are those of its runs.
+2. rows: the last prompt token (it predicts the first answer token).
+3. segments (attention.SEGMENTS): answer = the sentences that hold the answer (the needle asked for; the asked
+   chain's assignments), needles = the distractors' sentences (the other keys' needles, a haystack made of needles,
+   the other chains), noise = the rest of the haystack, scaffold = instruction, example, question and answer prefix,
+   sink = the first token. Whole sentences on both sides, so the two shares compare like with like.
+4. backend: per layer and head, the softmax weight each segment receives in that row (attention.per_map_shares): a
+   baseline's one map; a DIFF model's map 1, map 2 and the differential map A1 − λ·A2 of its variant.
+5. report: per model and map, the share on the answer against the share on the distractors, in total and per token,
+   by length and setting; the differential map should put less on the distractors than either of its maps.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from diffeval.config import int_list, option
+from diffeval.errors import InputError
+from diffeval.longctx.lengths import format_ctx, parse_format_ctx
+from diffeval.models.backend import Backend
+from diffeval.records import MayBeAbsent, Record
+from diffeval.tasks import attention, mk_niah, probe, vt
+from diffeval.tasks.base import ContextBudget, Listing, Reporting, Running, Scoring, Task, Viewing, with_cells
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PROBES = {"mk-niah": mk_niah, "vt": vt}  # the probes whose samples hold distractor sentences
+
+
+@dataclass(frozen=True)
+class DistractorAttentionOptions(probe.DepthOptions):
+    """Attention to the answer and to the distractors, on mk-niah's or vt's samples."""
+
+    samples: int = option(10, help="samples per length × depth × setting cell", identity=False)
+    probe: str = option("mk-niah", help="the probe whose samples are read: mk-niah | vt")
+    variants: list[int] = option(
+        [1, 2, 3], help="mk-niah: RULER's niah_multikey variants", parse=int_list("--variants")
+    )
+    keys: int = option(4, help="mk-niah variant 1: needles with distinct keys, one asked for")
+    haystack: str = option("book", help="mk-niah variant 1's haystack; vt reads RULER's noise")
+    chains: int = option(3, help="vt: chains, the first asked for, the others distractors (at least 2)")
+    hops: int = option(4, help="vt: assignments after a chain's first")
+
+    def probe_options(self):
+        """The probe's own options, as its runs would take them."""
+        shared = {"ctx": self.ctx, "samples": self.samples, "base_lengths": self.base_lengths, "depths": self.depths}
+        if self.probe == "mk-niah":
+            return mk_niah.MKNiahOptions(**shared, variants=self.variants, keys=self.keys, haystack=self.haystack)
+        return vt.VTOptions(**shared, chains=self.chains, hops=self.hops)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.probe not in PROBES:
+            raise InputError(f"bad --probe {self.probe!r}: use {' or '.join(PROBES)} (the probes with distractors)")
+        if self.probe == "vt" and self.chains < 2:
+            raise InputError(f"--chains {self.chains} leaves vt no distractor chain: use at least 2")
+        if self.probe == "mk-niah" and self.variants == [1] and self.keys < 2:
+            raise InputError(f"--keys {self.keys} leaves mk-niah variant 1 no distractor needle: use at least 2")
+        self.probe_options().validate()
+
+
+def probe_config(config):
+    return replace(config, options=config.options.probe_options())
+
+
+def recipe_of(options) -> probe.Recipe:
+    return PROBES[options.probe].RECIPE
+
+
+def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list:
+    return probe.make_samples_for(recipe_of(options))(options.probe_options(), seed, limit)
+
+
+def segment_ids(prompt: probe.ProbePrompt, sample: probe.ProbeSample) -> list[int]:
+    """The segment of every prompt position (see the module's recipe, step 3)."""
+    index = attention.SEGMENTS.index
+    ids = [index("scaffold")] * len(prompt.ids)
+    start, end = prompt.spans["haystack"]
+    haystack = "needles" if sample.haystack.startswith("needles:") else "noise"  # a haystack made of needles
+    ids[start:end] = [index(haystack)] * (end - start)
+    for (start, end), insert in zip(prompt.spans["inserts"], sample.inserts):
+        segment = "answer" if insert.role == probe.ANSWER else "needles"
+        ids[start:end] = [index(segment)] * (end - start)
+    ids[0] = index("sink")
+    return ids
+
+
+def evaluate(batch: list[probe.ProbeSample], backend: Backend, config) -> list[Record]:
+    recipe, inner = recipe_of(config.options), probe_config(config)
+    records = []
+    for sample in batch:
+        start = time.perf_counter()
+        prompt = probe.fitted_prompt(recipe, sample, backend, inner)
+        segments = segment_ids(prompt, sample)
+        shares, row_lambdas = backend.attention_rows(prompt.ids, [len(prompt.ids) - 1], segments,
+                                                     len(attention.SEGMENTS))  # fmt: skip
+        maps = attention.per_map_shares(shares, backend.info, row_lambdas)
+        tokens = Counter(attention.SEGMENTS[s] for s in segments)
+        headline = maps[attention.HEADLINE_MAP[backend.info.is_diff]]
+        fields = {
+            "is_diff": backend.info.is_diff,
+            "diff_variant": backend.info.diff_variant,
+            "probe": sample.task,
+            "ctx": sample.ctx,
+            "depth": sample.depth,
+            "setting": sample.setting,
+            "seed": sample.seed,
+            "index": sample.index,
+            "tokens": {segment: tokens.get(segment, 0) for segment in attention.SEGMENTS},
+            "answer_share": _mean(headline["answer"]),
+            "distractor_share": _mean(headline["needles"]),
+            "noise_share": _mean(headline["noise"]),
+            "shares": maps,
+        }
+        seconds = time.perf_counter() - start
+        records.append(Record("distractor-attention", backend.info.name, sample.sample_id, len(prompt.ids), 0,
+                              seconds, fields))  # fmt: skip
+    return records
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def tables(records: pd.DataFrame, options, paper: bool = False) -> dict[str, pd.DataFrame]:
+    """Per model and map: the shares on the answer, the distractors and the noise, in total and per token, by length
+    and setting; and every segment's share per map (attention's segment table)."""
+    import pandas as pd
+
+    rows, cells = [], []
+    frame = records.assign(length=records["ctx"].map(format_ctx))
+    for (model, length, setting), group in frame.groupby(["model", "length", "setting"], sort=False):
+        tokens = pd.DataFrame(list(group["tokens"])).mean()
+        variant = group["diff_variant"].iloc[0]
+        for name in group["shares"].iloc[0]:
+            answer, distractors, noise, row_sum = (
+                group["shares"].map(lambda shares, n=name, k=key: _mean(shares[n][k])).mean()
+                for key in ("answer", "needles", "noise", "row_sum")
+            )
+            rows.append({
+                "model": model, "variant": variant if isinstance(variant, str) else "baseline", "map": name,
+                "length": length, "setting": setting, "n": len(group), "answer": answer, "distractors": distractors,
+                "noise": noise, "row sum": row_sum, "answer normalised": answer / row_sum,
+                "distractors normalised": distractors / row_sum,
+                "answer per 1K tokens": 1000 * answer / max(tokens["answer"], 1),
+                "distractors per 1K tokens": 1000 * distractors / max(tokens["needles"], 1),
+            })  # fmt: skip
+            cells.append({"model": model, "ctx": parse_format_ctx(length), "setting": setting})
+    table = pd.DataFrame(rows).set_index(["model", "variant", "map", "length", "setting"])
+    out = {"answer_vs_distractors": with_cells(table.round(4), cells, [{}] * table.shape[1])}
+    segments = attention.segment_table(frame)
+    out["segments"] = with_cells(segments, [{"model": m} for m, _ in segments.index], [{}] * segments.shape[1])
+    return out
+
+
+def check_inputs(config) -> None:
+    """The probe's haystack reads, and every model's architecture is one the analysis can capture."""
+    from diffeval.models.capture import check_supported
+    from diffeval.models.loading import load_config
+
+    if config.options.probe == "mk-niah":
+        mk_niah.check_inputs(probe_config(config))
+    for spec in config.models:
+        check_supported(load_config(spec, config.trust_remote_code).model_type)
+
+
+def prepare(config, tokenizers: dict) -> None:
+    """Refuse before any engine starts where a length cannot hold the probe's samples (as the probe does)."""
+    probe.check_fits_with(recipe_of(config.options))(probe_config(config), tokenizers)
+
+
+def budget(config) -> ContextBudget:
+    """The probe's own: its prompt is fitted beside the probe's answer limit, so it is the prompt of its runs."""
+    options = config.options
+    return ContextBudget(options.ctx, PROBES[options.probe].TOKENS_TO_GENERATE, probe.MIN_PROMPT_TOKENS)
+
+
+RECORD_SCHEMA = {
+    "is_diff": bool,
+    "diff_variant": str | None,
+    "ctx": int,
+    "depth": int,
+    "setting": str,
+    "tokens": dict[str, int],
+    "answer_share": float,
+    "distractor_share": float,
+    "noise_share": float,
+    "shares": dict[str, attention.MAP_SHARES],
+    "seed": MayBeAbsent(int),
+}
+
+TASK = Task(
+    name="distractor-attention",
+    help="Attention to the answer against attention to distractor needles and chains (mk-niah, vt samples).",
+    options=DistractorAttentionOptions,
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        needs=frozenset({"attention_rows"}),
+        budget=budget,
+        check_inputs=check_inputs,
+        prepare=prepare,
+    ),
+    reporting=Reporting(
+        tables=tables,
+        titles={
+            "answer_vs_distractors": "Attention on the answer's sentences against the distractors' (last prompt "
+            "row; raw shares, mean over heads and layers; normalised: ÷ the row sum; per 1K tokens: a segment's "
+            "share ÷ its tokens × 1000)",
+            "segments": "Share of every segment per map (raw and / row sum)",
+        },
+        note=(
+            "share = attention weight of the last prompt token's row on a segment, mean over heads and layers; "
+            "answer = the answer's whole sentences, distractors = the distractor needles' or chains' whole sentences "
+            "(a haystack made of needles counts whole); DIFF models: map 1, map 2 and the differential map A1 − λ·A2 "
+            "(raw: its rows sum to 1 − λ); baselines: the softmax map"
+        ),
+        summary_keys=["model", "ctx", "depth", "setting"],
+        pair_keys=["ctx", "setting"],
+        metrics={"answer_share": "answer_share", "distractor_share": "distractor_share"},
+        summary_value="answer_share",
+    ),
+    viewing=Viewing(sample_view=attention.sample_view, listing=Listing(answer=None, expected=None, outcome=None)),
+    scoring=Scoring(record_schema=RECORD_SCHEMA),
+)
