@@ -49,9 +49,9 @@ function el(tag, attrs = {}, ...children) {
     if (value === null || value === undefined || value === false) continue;
     if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
     else if (key === "style" && typeof value === "object") {
-      for (const [property, setting] of Object.entries(value)) {
-        if (property.startsWith("--")) node.style.setProperty(property, setting);
-        else node.style[property] = setting;
+      for (const [property, propertyValue] of Object.entries(value)) {
+        if (property.startsWith("--")) node.style.setProperty(property, propertyValue);
+        else node.style[property] = propertyValue;
       }
     }
     else node.setAttribute(key, value === true ? "" : value);
