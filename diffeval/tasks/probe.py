@@ -168,10 +168,6 @@ def layout(sample: ProbeSample) -> fitting.Layout:
     return fitting.Layout(sample.head, [(i.depth, i.text) for i in sample.inserts], sample.tail, sample.answer_prefix)
 
 
-def too_long(sample: ProbeSample, most: str) -> str:
-    return f"context {format_ctx(sample.ctx)} cannot hold {sample.task}'s {most}: use a longer --ctx or fewer"
-
-
 def fit_haystack(sample: ProbeSample, backend: Backend, budget: int, chat_template: bool, refusal: str) -> ProbePrompt:
     """The sample's layout fitted into `budget` tokens of this model: the most haystack words that fit."""
     fitted = fitting.fit(layout(sample), backend, sample.haystack, sample.haystack_seed, budget, sample.ctx,
