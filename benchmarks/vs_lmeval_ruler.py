@@ -98,6 +98,8 @@ def diffeval_scores(task: str, extra: list[str], model: Path, lengths: list[int]
 
 def matched_depths(task: str, count: int, seed: int) -> list[int]:
     """`count` distinct depths drawn as RULER places the answer (see the module docstring)."""
+    if count > 101:
+        raise SystemExit(f"--samples {count}: at most 101 distinct depths (0-100) per length")
     rng = random.Random(f"ruler-depths|{task}|{seed}")
     depths: list[int] = []
     while len(depths) < count:

@@ -61,7 +61,8 @@ def test_mk_niah_fills_the_budget_with_the_answer_at_its_depth(tokenizers, name,
     sample = mk_niah.make_sample(options, 0, ctx, 50, f"multikey_{variant}", 0)
     prompt = probe.fitted_prompt(mk_niah.RECIPE, sample, tokenizers[name], config_of(options))
     assert 0.99 * ctx <= len(prompt.ids) + mk_niah.TOKENS_TO_GENERATE <= ctx
-    assert abs(prompt.depth_actual - 50) <= 3
+    # inserts go in at sentence boundaries: one of Persuasion's sentences can be 4 % of a 2K haystack
+    assert abs(prompt.depth_actual - 50) <= (8 if variant == 1 else 3)
     (start, end), = prompt.spans["answers"]
     assert tokenizers[name].decode(prompt.ids[start:end]).strip() == sample.expected[0]
     assert prompt.text.endswith("mentioned in the provided text is")  # RULER's singular answer prefix
@@ -118,8 +119,8 @@ def test_the_nolima_set_has_forty_low_overlap_pairs_and_a_haystack_without_their
     assert len(needles.pairs) >= 40
     overlaps = [nolima.literal_overlap(pair, t) for pair in needles.pairs for t in nolima.TEMPLATES]
     assert max(overlaps) == 0.0  # no content word of a question is in its needle
-    for pair in needles.pairs:  # the question's keyword is never in the needle: it takes a hop
-        assert pair["keywords"][0].lower() not in pair["direct"].lower()
+    for pair in needles.pairs:  # the question's keyword (the first) is in no template: it takes a hop
+        assert all(pair["keywords"][0].lower() not in pair[t].lower() for t in nolima.TEMPLATES)
     options = nolima.NoLiMaOptions(ctx=[2048], depths=[50], samples=1)
     for setting in nolima.TEMPLATES:
         sample = nolima.make_sample(options, 0, 2048, 50, setting, 0)
@@ -137,8 +138,10 @@ def test_the_nolima_set_has_forty_low_overlap_pairs_and_a_haystack_without_their
 
 
 def test_without_words_drops_sentences_naming_the_words():
-    kept = fitting.without_words(["Anne walked to Bath.", "The sky is blue.", "Bathing in the sea."], ("bath",))
-    assert kept == ["The sky is blue.", "Bathing in the sea."]
+    sentences = ["Anne walked to Bath.", "The sky is blue.", "Bathing in the sea.", "Mr Shepherd, a lawyer.",
+                 "A bird unbathed."]  # fmt: skip
+    kept = fitting.without_words(sentences, ("bath", "law"))
+    assert kept == ["The sky is blue.", "A bird unbathed."]  # "Bathing", "lawyer" go: a word that starts with one
 
 
 @pytest.mark.parametrize(
@@ -234,7 +237,7 @@ def test_every_probe_runs_reports_and_views_through_the_command_line(tmp_path, t
     detail = sample_detail(open_run(0, out), rows[0]["sample_id"])
     assert detail["view"] is not None, detail.get("view_error")
     marks = json.dumps(detail["view"])
-    assert '"kind": "number"' in marks
+    assert '"kind": "expected"' in marks
     if task in ("mk-niah", "vt"):
         assert '"kind": "needle other"' in marks
 
@@ -271,8 +274,14 @@ def test_distractor_attention_splits_the_answer_from_the_distractors(tmp_path, p
     )  # fmt: skip
     samples = distractor_attention.make_samples(options, 0)
     assert {r["sample_id"] for r in rows} == {s.sample_id for s in samples}
-    probe_samples = probe.make_samples_for(distractor_attention.recipe_of(options))(options.probe_options(), 0)
-    assert [s.sample_id for s in samples] == [s.sample_id for s in probe_samples]  # the probe's own samples
+    # the probe's own samples: a run of the probe with the same options records the same ids and prompt lengths
+    own = tmp_path / "own"
+    assert run_cli("run", probe_name, "-m", "diff=toy-diff", "--ctx", "1k", "--depths", "50", "--samples", "1",
+                   *extra, "--out", str(own)).returncode == 0  # fmt: skip
+    own_rows = {r["sample_id"]: r for r in map(json.loads, (own / "samples.jsonl").read_text().splitlines())}
+    diff_rows = {r["sample_id"]: r for r in rows if r["model"] == "diff"}
+    assert own_rows.keys() == diff_rows.keys()
+    assert all(own_rows[i]["prompt_tokens"] == diff_rows[i]["prompt_tokens"] for i in own_rows)
     for row in rows:
         assert row["tokens"]["answer"] > 0 and row["tokens"]["needles"] > 0 and row["tokens"]["sink"] == 1
         if row["setting"] == "multikey_2":  # a haystack made of needles: all of it is distractors
@@ -295,3 +304,25 @@ def test_distractor_attention_refuses_a_probe_without_distractors(tmp_path):
         result = run_cli("run", "distractor-attention", *PAIR, *args, "--ctx", "1k", "--out", str(tmp_path / "o"))
         assert result.returncode == 2 and message in result.stderr, result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_the_floor_rule_blanks_a_cell_where_both_models_are_at_the_floor_and_only_there():
+    import math
+
+    import pandas as pd
+
+    from diffeval.report.tables import floor_reading
+
+    at_floor = floor_reading(pd.Series([0.0, 0.05, 0.0]), pd.Series([0.0, 0.0, 0.1]), probe.FLOOR)
+    assert all(math.isnan(at_floor[key]) for key in ("difference", "ci_low", "ci_high", "p_value"))
+    assert "no difference read" in at_floor["reading"]
+    above = floor_reading(pd.Series([0.0, 0.0, 0.3]), pd.Series([0.0, 0.0, 0.0]), probe.FLOOR)
+    assert above == {"reading": ""}  # one model above the floor: the paired figures stand
+    records = pd.DataFrame({
+        "model": ["diff", "base"] * 4, "sample_id": ["a", "a", "b", "b", "c", "c", "d", "d"],
+        "ctx": [1024] * 8, "setting": ["low"] * 4 + ["high"] * 4, "score": [0, 0, 0, 0, 1, 0, 1, 0],
+        "depth": [0] * 8, "correct": [False] * 4 + [True, False, True, False], "hit_token_limit": [False] * 8,
+        "distractor_named": [False] * 8,
+    })  # fmt: skip
+    tables = TASKS["vt"].reporting.tables(records, vt.VTOptions(ctx=[1024]))
+    assert list(tables["floor"].index) == [("1K", "low")]

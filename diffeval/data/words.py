@@ -12,6 +12,8 @@ import re
 import uuid
 from functools import lru_cache
 
+from diffeval.errors import InputError
+
 ADJECTIVES = (
     "able", "amber", "ancient", "angry", "arctic", "autumn", "bitter", "black", "bold", "brave", "brief", "bright",
     "broken", "calm", "careful", "cheap", "clever", "cold", "cosmic", "crimson", "crooked", "curious", "damp",
@@ -55,14 +57,22 @@ def random_value(kind: str, rng: random.Random) -> str:
     raise ValueError(f"unknown key or value type {kind!r}")
 
 
+WORD_KEYS = len(ADJECTIVES) * len(NOUNS)  # distinct "adjective-noun" keys: a haystack of word-key needles ends there
+
+
 def key_value_pairs(key_type: str, value_type: str, seed: int):
-    """An endless seeded stream of (key, value) pairs with distinct keys and distinct values: a sample takes its
-    needles from the first `RESERVED_PAIRS`, a haystack of needles (`needle_sentences`) the rest, so no distractor
-    shares a key or a value with a needle."""
+    """A seeded stream of (key, value) pairs with distinct keys and distinct values: a sample takes its needles from
+    the first `RESERVED_PAIRS`, a haystack of needles (`needle_sentences`) the rest, so no distractor shares a key or
+    a value with a needle. Word keys run out after WORD_KEYS pairs (a refusal: about 160K tokens of needles)."""
     rng = random.Random(f"key-value-pairs|{key_type}|{value_type}|{seed}")
     keys: set[str] = set()
     values: set[str] = set()
     while True:
+        if key_type == "words" and len(keys) >= WORD_KEYS * 0.9:  # the last keys would take ever longer to draw
+            raise InputError(
+                f"a haystack of word-key needles holds at most {int(WORD_KEYS * 0.9)} distinct keys: use a shorter "
+                "--ctx, or UUID keys (mk-niah variant 3)"
+            )
         key, value = random_value(key_type, rng), random_value(value_type, rng)
         if key in keys or value in values:
             continue
@@ -95,9 +105,12 @@ def needle_sentences(key_type: str, value_type: str, seed: int, min_words: int) 
 
 @lru_cache(maxsize=1)
 def vocabulary() -> tuple[str, ...]:
-    """Distinct lowercase words of 3-12 letters in the shipped novel (Persuasion), in first-seen order: the pool
+    """Distinct lowercase words of 4-12 letters in the shipped novel (Persuasion), in first-seen order, without any
+    word that is part of another ("other" holds "the"), so a substring match of one never counts another: the pool
     common-words lists draw from (RULER draws from wonderwords' nouns, adjectives and verbs)."""
     from diffeval.data.books import SHIPPED
 
     text = (SHIPPED / "austen-persuasion.txt").read_text(encoding="utf-8")
-    return tuple(dict.fromkeys(w for w in re.findall(r"\b[a-z]{3,12}\b", text)))
+    words = list(dict.fromkeys(re.findall(r"\b[a-z]{4,12}\b", text)))
+    joined = "|" + "|".join(words) + "|"
+    return tuple(w for w in words if joined.count(w) == 1)

@@ -198,14 +198,13 @@ def estimated_tokens(
     ctx: int,
     chat_template: bool,
     too_long: str,
-    exclude: tuple[str, ...] = (),
 ) -> int:
     """The tokens `fit` would give this layout, without fitting it: its fixed part plus the haystack words a fit
     tries first, read off the (source, seed) stream's per-word token counts. It misses what merges at the joins and
     a search below the first guess change; a fit lands within 1 % of ctx below its budget either way."""
     fixed = len(fixed_part(layout, backend, budget, chat_template, too_long).ids)
     room = budget - fixed
-    _, tokens_through_word = stream(backend, source, seed, room, exclude)
+    _, tokens_through_word = stream(backend, source, seed, room)
     return fixed + tokens_through_word[max(_first_guess(tokens_through_word, room, ctx), 0)]
 
 
@@ -222,7 +221,7 @@ def stream(
     backend: Backend, source: str, seed: int, room: int, exclude: tuple[str, ...] = ()
 ) -> tuple[Haystack, list[int]]:
     """A haystack stream holding more than `room` tokens, with its per-word token counts (cached per model); with
-    `exclude`, the stream without its sentences that hold one of those words (any case, whole words)."""
+    `exclude`, the stream without its sentences that name one of those words (`without_words`)."""
     key = (source, 0 if source == "noise" else seed, exclude)  # the noise stream is the same for every seed
     cache = _streams.setdefault(backend, {})
     if key in cache and cache[key][1][-1] > room:
@@ -244,9 +243,10 @@ def stream(
 
 
 def without_words(sentences: list[str], words: tuple[str, ...]) -> list[str]:
-    """The sentences that hold none of `words` (case-insensitive, whole words): NoLiMa's rule that the haystack must
-    not mention what the question or the needle names."""
-    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")\b", re.IGNORECASE)
+    """The sentences that hold none of `words` (case-insensitive, at the start of a word, so "law" also drops
+    "lawyer" and "cat" "cats"): NoLiMa's rule that the haystack must not mention what the question or the needle
+    names."""
+    pattern = re.compile(r"\b(?:" + "|".join(re.escape(w) for w in words) + r")", re.IGNORECASE)
     return [s for s in sentences if not pattern.search(s)]
 
 

@@ -7,7 +7,8 @@ Recipe (the rest is tasks/probe.py):
    (RULER: wonderwords); which are common and the list's order are pure functions of the sample.
 2. prompt: RULER's one-shot example first (40 words at 10 and 3 from 4K, 20 words at 3 and 1 below), then its
    template and answer prefix, 120 tokens to generate. Each model's tokenizer fits its own number of other words
-   (binary search, as RULER does): the common words and their frequencies are the same for every model.
+   (binary search, as RULER does): the common words, their frequencies and their order are the same for every model
+   (a shorter list is the longer one without some other words' entries).
 3. score: RULER's string_match_all: the fraction of the common words found. No depth: the answer is everywhere.
 """
 
@@ -70,18 +71,20 @@ def numbered(words: list[str]) -> str:
 
 
 def word_list(words: list[str], common: int, freqs: tuple[int, int], rare: int, key: str) -> list[str]:
-    """The list of a sample with `rare` other words: the first `common` words `freqs[0]` times, the next `rare`
-    `freqs[1]` times, shuffled by (sample, rare)."""
-    entries = words[:common] * freqs[0] + words[common : common + rare] * freqs[1]
-    random.Random(f"{key}|rare={rare}").shuffle(entries)
-    return entries
+    """The list of a sample with `rare` other words: the first `common` words `freqs[0]` times and the next `rare`
+    `freqs[1]` times, in the order one seeded shuffle of every word's entries gives, so a list with fewer other words
+    is the longer list without their entries: every model sees the common words in the same order."""
+    entries = words[:common] * freqs[0] + words[common:] * freqs[1]
+    random.Random(key).shuffle(entries)
+    kept = set(words[: common + rare])
+    return [word for word in entries if word in kept]
 
 
 def example(rng: random.Random, ctx: int, common: int) -> str:
     """RULER's one-shot example: a short list of its own words, the template and the answer."""
     size, freqs = (20, (3, 1)) if ctx < RULER_SHORT else (40, (10, 3))
     words = rng.sample(vocabulary(), size)
-    entries = word_list(words, common, freqs, size - common, f"example|{rng.random()}")
+    entries = word_list(words, common, freqs, size - common, f"example|{rng.random()}")  # every word: all kept
     return (HEAD + numbered(entries) + question(common) + answer_prefix(common) + " "
             + numbered(words[:common]) + "\n")  # fmt: skip
 
@@ -163,7 +166,7 @@ def pieces(prompt: probe.ProbePrompt, sample, whole: bool) -> list:
     for start, end in prompt.spans["answers"]:
         out.append(prompt.text[cursor : starts[start]])
         word = prompt.text[starts[start] : starts[end]]
-        out.append(Mark([word], tone="strong", kind="number", note=f"common word: tokens {start}-{end}"))
+        out.append(Mark([word], tone="strong", kind="expected", note=f"common word: tokens {start}-{end}"))
         cursor = starts[end]
     out.append(prompt.text[cursor:])
     return [piece for piece in out if piece != ""]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from statistics import fmean
 from typing import TYPE_CHECKING
 
 from diffeval.config import int_list, option
@@ -115,19 +116,15 @@ def evaluate(batch: list[probe.ProbeSample], backend: Backend, config) -> list[R
             "seed": sample.seed,
             "index": sample.index,
             "tokens": {segment: tokens.get(segment, 0) for segment in attention.SEGMENTS},
-            "answer_share": _mean(headline["answer"]),
-            "distractor_share": _mean(headline["needles"]),
-            "noise_share": _mean(headline["noise"]),
+            "answer_share": fmean(headline["answer"]),
+            "distractor_share": fmean(headline["needles"]),
+            "noise_share": fmean(headline["noise"]),
             "shares": maps,
         }
         seconds = time.perf_counter() - start
         records.append(Record("distractor-attention", backend.info.name, sample.sample_id, len(prompt.ids), 0,
                               seconds, fields))  # fmt: skip
     return records
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def tables(records: pd.DataFrame, options, paper: bool = False) -> dict[str, pd.DataFrame]:
@@ -142,7 +139,7 @@ def tables(records: pd.DataFrame, options, paper: bool = False) -> dict[str, pd.
         variant = group["diff_variant"].iloc[0]
         for name in group["shares"].iloc[0]:
             answer, distractors, noise, row_sum = (
-                group["shares"].map(lambda shares, n=name, k=key: _mean(shares[n][k])).mean()
+                group["shares"].map(lambda shares, n=name, k=key: fmean(shares[n][k])).mean()
                 for key in ("answer", "needles", "noise", "row_sum")
             )
             rows.append({

@@ -66,8 +66,12 @@ def template(value_type: str, values: int, key: str) -> tuple[str, str, str]:
 
 def make_sample(options: MKNiahOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
     variant = int(setting.rsplit("_", 1)[1])
-    key = probe.cell_key(seed, ctx, depth, setting, index) + (f"|keys={options.keys}" if variant == 1 else "")
-    rng = probe.sample_rng("mk-niah", key)
+    content = probe.cell_key(seed, ctx, depth, setting, index)
+    if variant == 1:
+        content += f"|haystack={options.haystack}"
+    # the draws do not depend on --keys, so fewer keys are the first of more: the most that fits is exact
+    rng = probe.sample_rng("mk-niah", content)
+    key = content + (f"|keys={options.keys}" if variant == 1 else "")
     haystack, key_type, value_type = VARIANTS[variant]
     haystack_seed = rng.randrange(2**31)
     count = options.keys if variant == 1 else 1
@@ -92,7 +96,7 @@ def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     from dataclasses import replace
 
     if sample.setting != "multikey_1":
-        return "no needle beside the instruction and question"
+        return "only the instruction and question, no needle"
     for keys in range(len(sample.inserts) - 1, 0, -1):
         fewer = replace(sample, inserts=sample.inserts[:keys])
         if probe.fixed_tokens(fewer, backend, chat_template) <= budget:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from diffeval.config import option
-from diffeval.data.haystack import haystack_sentences
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
 from diffeval.errors import InputError
 from diffeval.tasks import probe
@@ -37,8 +36,9 @@ class MVNiahOptions(probe.DepthOptions):
 
 
 def make_sample(options: MVNiahOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
-    key = probe.cell_key(seed, ctx, depth, setting, index)
-    rng = probe.sample_rng("mv-niah", key)
+    content = probe.cell_key(seed, ctx, depth, "", index) + f"|haystack={options.haystack}"
+    rng = probe.sample_rng("mv-niah", content)  # not --values: fewer values are the first of more
+    key = content + f"|values={options.values}"
     haystack_seed = rng.randrange(2**31)
     pairs = key_value_pairs("words", "numbers", rng.randrange(2**31))
     chosen = [next(pairs) for _ in range(options.values)]
@@ -62,10 +62,6 @@ def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     return "no value"
 
 
-def check_inputs(config) -> None:
-    haystack_sentences(config.options.haystack, config.seed, 10)
-
-
 RECIPE = probe.Recipe(name="mv-niah", make_sample=make_sample, most_that_fits=most_that_fits)
 TASK = probe.probe_task(
     RECIPE,
@@ -73,5 +69,5 @@ TASK = probe.probe_task(
     help="Multi-value NIAH: one key, several values (RULER's niah_multivalue).",
     note="score = RULER's string_match_all: the fraction of the key's values found in the output, any case",
     token_limit=lambda options: TOKENS_TO_GENERATE,
-    check_inputs=check_inputs,
+    check_inputs=probe.check_haystack,
 )

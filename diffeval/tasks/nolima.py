@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from diffeval.config import option
-from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.tasks import probe
 from diffeval.tasks.base import with_cells
@@ -145,7 +144,7 @@ class NoLiMaOptions(probe.DepthOptions):
 
 def make_sample(options: NoLiMaOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
     needles = load_needle_set(options.needle_set)
-    key = probe.cell_key(seed, ctx, depth, setting, index) + f"|set={needles.digest}"
+    key = probe.cell_key(seed, ctx, depth, setting, index) + f"|set={needles.digest}|haystack={options.haystack}"
     order = list(range(len(needles.pairs)))
     random.Random(f"nolima-order|{seed}|{ctx}|{depth}|{setting}").shuffle(order)
     pair = needles.pairs[order[index % len(order)]]
@@ -163,10 +162,6 @@ def make_sample(options: NoLiMaOptions, seed: int, ctx: int, depth: int, setting
 
 def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     return "the needle and the question alone"
-
-
-def check_inputs(config) -> None:
-    haystack_sentences(config.options.haystack, config.seed, 10)
 
 
 def needle_set_table(records: pd.DataFrame, options: NoLiMaOptions) -> pd.DataFrame:
@@ -198,7 +193,7 @@ TASK = probe.probe_task(
     "naming the character or the pair's keywords; overlap = the share of the question's content words the needle "
     "holds",
     token_limit=lambda options: TOKENS_TO_GENERATE,
-    check_inputs=check_inputs,
+    check_inputs=probe.check_haystack,
     titles={"needle_set": "Needle set: each pair's literal overlap with its question, and each model's mean score"},
     extra_tables={"needle_set": needle_set_table},
     extra_schema={"pair": str},

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from diffeval.config import int_list, option, parse_ctx
+from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.longctx import fitting, scoring
 from diffeval.longctx.lengths import (
@@ -199,8 +200,8 @@ class Recipe:
 
     name: str
     make_sample: Callable[..., ProbeSample]  # (options, seed, ctx, depth, setting, index) → sample
-    # (options, {sample fields}) → the most the sample's length holds, in the recipe's own units ("3 keys"): named in
-    # the refusal when a sample's fixed part (instruction, inserts, question) overflows its budget
+    # (options, sample, backend, budget, chat template) → the most the sample's length holds, in the recipe's own
+    # units ("3 keys"): named in the refusal when a sample's fixed part (instruction, inserts, question) overflows
     most_that_fits: Callable[..., str]
     # (sample, backend, budget, chat template, refusal) → prompt; the default fits a haystack with inserts
     fit: Callable[..., ProbePrompt] = fit_haystack
@@ -223,6 +224,11 @@ def make_samples_for(recipe: Recipe):
         ]
 
     return make_samples
+
+
+def check_haystack(config) -> None:
+    """Fail before any work if the probe's haystack cannot be read."""
+    haystack_sentences(config.options.haystack, config.seed, 10)
 
 
 def check_fits_with(recipe: Recipe):
@@ -358,9 +364,14 @@ def tables_for(recipe: Recipe, extra_tables: dict[str, Callable] | None = None):
                     [{"ctx": parse_format_ctx(c)} for c in grid.columns],
                     {"model": model},
                 )
-        if len(lengths) > 1:
-            table = effective_lengths(frame, options.base_lengths)
-            out["effective_length"] = with_cells(table, [{"model": m} for m in table.index], [None] * table.shape[1])
+        if len(lengths) > 1:  # per setting: variants and templates differ in difficulty, their bases too
+            parts, cells = [], []
+            for setting in settings:
+                table = effective_lengths(frame[frame["setting"] == setting], options.base_lengths)
+                parts.append(table.assign(setting=setting).set_index("setting", append=True))
+                cells += [{"model": m, "setting": setting} for m in table.index]
+            table = pd.concat(parts)
+            out["effective_length"] = with_cells(table, cells, [None] * table.shape[1])
         for key, make in (extra_tables or {}).items():
             out[key] = make(records, options)
         return out
@@ -494,7 +505,7 @@ def _marked_values(sentence: str, insert: Insert) -> list:
             continue
         if at > cursor:
             pieces.append(sentence[cursor:at])
-        pieces.append(Mark([value], tone="strong", kind="number", note=f"expected {value}"))
+        pieces.append(Mark([value], tone="strong", kind="expected", note=f"expected {value}"))
         cursor = at + len(value)
     if cursor < len(sentence):
         pieces.append(sentence[cursor:])

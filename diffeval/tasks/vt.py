@@ -17,7 +17,7 @@ import string
 from dataclasses import dataclass, replace
 
 from diffeval.config import option
-from diffeval.data.haystack import NOISE_SENTENCES, haystack_sentences
+from diffeval.data.haystack import NOISE_SENTENCES
 from diffeval.errors import InputError
 from diffeval.tasks import probe
 
@@ -55,18 +55,24 @@ class VTOptions(probe.DepthOptions):
 
 
 def chains(rng: random.Random, count: int, hops: int, letters: int) -> list[tuple[list[str], str]]:
-    """`count` chains of hops + 1 distinct names and a distinct 5-digit value each."""
-    names: list[str] = []
-    while len(names) < count * (hops + 1):
-        name = "".join(rng.choices(string.ascii_uppercase, k=letters))
-        if name not in names:
-            names.append(name)
-    values: list[str] = []
-    while len(values) < count:
+    """`count` chains of hops + 1 names and a 5-digit value each, chain by chain, every name and value distinct (so
+    fewer chains are the first of more)."""
+    names: set[str] = set()
+    values: set[str] = set()
+    drawn = []
+    for _ in range(count):
+        chain: list[str] = []
+        while len(chain) < hops + 1:
+            name = "".join(rng.choices(string.ascii_uppercase, k=letters))
+            if name not in names:
+                names.add(name)
+                chain.append(name)
         value = str(rng.randint(10000, 99999))
-        if value not in values:
-            values.append(value)
-    return [(names[i * (hops + 1) : (i + 1) * (hops + 1)], values[i]) for i in range(count)]
+        while value in values:
+            value = str(rng.randint(10000, 99999))
+        values.add(value)
+        drawn.append((chain, value))
+    return drawn
 
 
 def statements(names: list[str], value: str) -> list[str]:
@@ -85,22 +91,24 @@ def example(rng: random.Random, hops: int) -> str:
 
 
 def make_sample(options: VTOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
-    key = probe.cell_key(seed, ctx, depth, setting, index) + f"|haystack={options.haystack}"
-    rng = probe.sample_rng("vt", key)
-    haystack_seed = rng.randrange(2**31)
-    drawn = chains(rng, options.chains, options.hops, 5)
+    content = probe.cell_key(seed, ctx, depth, f"hops={options.hops}", index) + f"|haystack={options.haystack}"
+    key = content + f"|chains={options.chains}"
+    # one stream per kind of draw, none depending on --chains: fewer chains are the first of more
+    haystack_seed = probe.sample_rng("vt", content).randrange(2**31)
+    drawn = chains(probe.sample_rng("vt", content + "|names"), options.chains, options.hops, 5)
+    at = probe.sample_rng("vt", content + "|depths")
     inserts = []
     for c, (names, value) in enumerate(drawn):
         if c == 0:
-            depths = probe.follow_depths(depth, options.hops + 1, rng)
+            depths = probe.follow_depths(depth, options.hops + 1, at)
         else:
-            depths = sorted(round(rng.uniform(0, 100), 2) for _ in range(options.hops + 1))
+            depths = sorted(round(at.uniform(0, 100), 2) for _ in range(options.hops + 1))
         role = probe.ANSWER if c == 0 else probe.DISTRACTOR
         inserts += [probe.Insert(d, s, role, [n]) for d, s, n in zip(depths, statements(names, value), names)]
     names, value = drawn[0]
     return probe.new_sample(
         "vt", key, ctx=ctx, depth=depth, setting=setting, seed=seed, index=index,
-        head=example(rng, options.hops) + INSTRUCTION, tail=question(value),
+        head=example(probe.sample_rng("vt", content + "|example"), options.hops) + INSTRUCTION, tail=question(value),
         answer_prefix=answer_prefix(options.hops + 1, value), inserts=inserts, expected=names,
         haystack=options.haystack, haystack_seed=haystack_seed, token_limit=TOKENS_TO_GENERATE,
     )  # fmt: skip
@@ -115,10 +123,6 @@ def most_that_fits(options: VTOptions, sample, backend, budget, chat_template) -
     return f"no chain of {options.hops} hops beside the example: use fewer --hops"
 
 
-def check_inputs(config) -> None:
-    haystack_sentences(config.options.haystack, config.seed, 10)
-
-
 RECIPE = probe.Recipe(name="vt", make_sample=make_sample, most_that_fits=most_that_fits)
 TASK = probe.probe_task(
     RECIPE,
@@ -127,5 +131,5 @@ TASK = probe.probe_task(
     note="score = RULER's string_match_all: the fraction of the asked chain's names found in the output, any case; "
     "names of a distractor chain in the output count in `distractor_named`",
     token_limit=lambda options: TOKENS_TO_GENERATE,
-    check_inputs=check_inputs,
+    check_inputs=probe.check_haystack,
 )
