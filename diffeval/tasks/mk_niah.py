@@ -93,15 +93,10 @@ def make_sample(options: MKNiahOptions, seed: int, ctx: int, depth: int, setting
 
 def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     """The most keys of variant 1 this budget holds (variants 2 and 3 have one needle beside the haystack)."""
-    from dataclasses import replace
-
     if sample.setting != "multikey_1":
         return "only the instruction and question, no needle"
-    for keys in range(len(sample.inserts) - 1, 0, -1):
-        fewer = replace(sample, inserts=sample.inserts[:keys])
-        if probe.fixed_tokens(fewer, backend, chat_template) <= budget:
-            return f"{keys} keys (--keys)"
-    return "no key"
+    keys = probe.most_groups(sample, backend, budget, chat_template)
+    return f"{keys} keys (--keys)" if keys else "no key"
 
 
 def check_inputs(config) -> None:

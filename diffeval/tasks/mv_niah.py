@@ -10,7 +10,7 @@ Recipe (the rest is tasks/probe.py):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from diffeval.config import option
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
@@ -55,11 +55,8 @@ def make_sample(options: MVNiahOptions, seed: int, ctx: int, depth: int, setting
 
 
 def most_that_fits(options, sample, backend, budget, chat_template) -> str:
-    for values in range(len(sample.inserts) - 1, 0, -1):
-        fewer = replace(sample, inserts=sample.inserts[:values])
-        if probe.fixed_tokens(fewer, backend, chat_template) <= budget:
-            return f"{values} values (--values)"
-    return "no value"
+    values = probe.most_groups(sample, backend, budget, chat_template)
+    return f"{values} values (--values)" if values else "no value"
 
 
 RECIPE = probe.Recipe(name="mv-niah", make_sample=make_sample, most_that_fits=most_that_fits)

@@ -273,6 +273,19 @@ def fixed_tokens(sample: ProbeSample, backend: Backend, chat_template: bool) -> 
     return len(backend.encode(layout(sample).render(fitting.Haystack([]), 0, backend, chat_template)[0]).ids)
 
 
+def most_groups(sample: ProbeSample, backend: Backend, budget: int, chat_template: bool, per_group: int = 1) -> int:
+    """The most leading groups of `per_group` inserts (keys, values, chains) whose fixed part fits `budget`, fewer
+    than the sample has (it did not fit); 0 when none does. Fewer groups are the first of more (the recipes' draws
+    do not depend on the count), so this is exact for the sample."""
+    from dataclasses import replace
+
+    for count in range(len(sample.inserts) // per_group - 1, 0, -1):
+        fewer = replace(sample, inserts=sample.inserts[: count * per_group])
+        if fixed_tokens(fewer, backend, chat_template) <= budget:
+            return count
+    return 0
+
+
 def evaluate_with(recipe: Recipe):
     def prepare_batch(batch: list[ProbeSample], backend: Backend, config):
         return [(s, fitted_prompt(recipe, s, backend, config)) for s in batch]

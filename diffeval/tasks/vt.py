@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 import string
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from diffeval.config import option
 from diffeval.data.haystack import NOISE_SENTENCES
@@ -115,11 +115,9 @@ def make_sample(options: VTOptions, seed: int, ctx: int, depth: int, setting: st
 
 
 def most_that_fits(options: VTOptions, sample, backend, budget, chat_template) -> str:
-    per_chain = options.hops + 1
-    for count in range(options.chains - 1, 0, -1):
-        fewer = replace(sample, inserts=sample.inserts[: count * per_chain])
-        if probe.fixed_tokens(fewer, backend, chat_template) <= budget:
-            return f"{count} chains of {options.hops} hops (--chains)"
+    count = probe.most_groups(sample, backend, budget, chat_template, per_group=options.hops + 1)
+    if count:
+        return f"{count} chains of {options.hops} hops (--chains)"
     return f"no chain of {options.hops} hops beside the example: use fewer --hops"
 
 
