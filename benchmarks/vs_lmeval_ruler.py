@@ -15,7 +15,8 @@ limit, and string_match_all counts whatever the extra tokens repeat). A `*` mark
 interval.
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
-`tests/real_checkpoints.py` by default. Budget: about 5-10 s per sample on 2 CPU cores.
+`tests/real_checkpoints.py` by default. Budget: one task took 25 minutes at --samples 10 on 2 CPU cores (with
+another run on the second core): lm-eval generates its full token limit.
 
 Run: python benchmarks/vs_lmeval_ruler.py [--model PATH] [--lengths 1024,2048,4096] [--samples 10] [--threads 1]
 """
@@ -53,9 +54,10 @@ def model_folder(path: str | None) -> Path:
         sys.path.insert(0, str(REPO / "tests"))
         from real_checkpoints import smollm2
 
-        path = str(smollm2())
-        if path.startswith("real model unavailable"):
-            raise SystemExit(path)
+        found = smollm2()  # a Path, or the reason it could not be fetched
+        if isinstance(found, str):
+            raise SystemExit(f"real model unavailable: {found}")
+        path = str(found)
     found = gguf.find(path, "m")
     return gguf.dequantized(found, "m") if found else Path(path).expanduser()
 
