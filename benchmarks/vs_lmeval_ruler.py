@@ -19,6 +19,7 @@ Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: Smol
 another run on the second core): lm-eval generates its full token limit.
 
 Run: python benchmarks/vs_lmeval_ruler.py [--model PATH] [--lengths 1024,2048,4096] [--samples 10] [--threads 1]
+     [--keep DIR]
 """
 
 from __future__ import annotations
@@ -128,11 +129,14 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=10, help="samples per task, length and harness")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--tasks", default=",".join(PAIRS), help="lm-eval tasks to compare")
+    parser.add_argument("--keep", help="a folder to keep both harnesses' samples in, to read a gap from")
     args = parser.parse_args()
     from diffeval.intervals import bootstrap_ci
     from diffeval.longctx import scoring
     from diffeval.models.tokenizer import cut_at_stop
 
+    if args.keep and Path(args.keep).exists() and any(Path(args.keep).iterdir()):
+        raise SystemExit(f"--keep {args.keep}: the folder is not empty; name a new one")
     model = model_folder(args.model)
     lengths = [int(x) for x in args.lengths.split(",")]
     name = Path(args.model).name if args.model else "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)"
@@ -141,7 +145,7 @@ def main() -> None:
     print("task | length | lm-eval | lm-eval, diffeval's stop rule | diffeval grid | diffeval matched depths")
     print("--- | --- | --- | --- | --- | ---")
     with tempfile.TemporaryDirectory() as tmp:
-        root = Path(tmp)
+        root = Path(args.keep or tmp)
         for task in args.tasks.split(","):
             ours, extra, has_depth = PAIRS[task]
             start = time.perf_counter()
