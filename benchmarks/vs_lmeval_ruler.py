@@ -22,8 +22,8 @@ length`). For `ruler_cwe` lm-eval runs a second time with RULER's one-shot examp
 `doc_to_text: "{{input_example}}\n{{input}}"`.
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
-`tests/real_checkpoints.py` by default. Budget: 8 to 13 minutes per task at --samples 8 --threads 2 on this 2-core
-CPU, about 10 s per sample (lm-eval generates its full token limit), cwe the longest with its second lm-eval run.
+`tests/real_checkpoints.py` by default. Budget at --samples 8 --threads 2 on this 2-core CPU: 8 to 13 minutes per NIAH
+or vt task, about 10 s per sample (lm-eval generates its full token limit); cwe 20 minutes with its second lm-eval run.
 
 Run: python benchmarks/vs_lmeval_ruler.py [--model PATH] [--lengths 1024,2048,4096] [--samples 10] [--threads 1]
      [--keep DIR]
@@ -98,7 +98,7 @@ def lm_eval_scores(task: str, model: Path, lengths: list[int], samples: int, thr
     return [
         {"ctx": r["doc"]["max_length"], "score": float(r[str(r["doc"]["max_length"])]),
          "output": r["filtered_resps"][0], "expected": list(r["doc"]["outputs"]),
-         "prompt_tokens": len(tokenizer(r["arguments"]["gen_args_0"]["arg_0"]).input_ids)}
+         "prompt_tokens": len(tokenizer(r["arguments"]["gen_args_0"]["arg_0"], add_special_tokens=False).input_ids)}
         for r in rows
     ]  # fmt: skip
 
@@ -110,7 +110,8 @@ def cwe_with_example(folder: Path) -> tuple[str, Path]:
     folder.mkdir(parents=True)
     cwe_yaml = Path(lm_eval.__file__).parent / "tasks" / "ruler" / "cwe.yaml"
     (folder / "ruler_cwe_with_example.yaml").write_text(
-        f'include: {cwe_yaml}\ntask: ruler_cwe_with_example\ndoc_to_text: "{{{{input_example}}}}\\n{{{{input}}}}"\n'
+        f"include: {json.dumps(str(cwe_yaml))}\ntask: ruler_cwe_with_example\n"
+        'doc_to_text: "{{input_example}}\\n{{input}}"\n'
     )
     return "ruler_cwe_with_example", folder
 
@@ -165,8 +166,8 @@ def main() -> None:
     from diffeval.longctx import scoring
     from diffeval.models.tokenizer import cut_at_stop
 
-    if args.keep and Path(args.keep).exists() and any(Path(args.keep).iterdir()):
-        raise SystemExit(f"--keep {args.keep}: the folder is not empty; name a new one")
+    if args.keep and Path(args.keep).exists() and (not Path(args.keep).is_dir() or any(Path(args.keep).iterdir())):
+        raise SystemExit(f"--keep {args.keep}: not an empty folder; name a new one")
     model = model_folder(args.model)
     lengths = [int(x) for x in args.lengths.split(",")]
     name = Path(args.model).name if args.model else "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantized)"
