@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import mean
 
 REPO = Path(__file__).resolve().parents[1]
 # lm-eval task → (diffeval task, its arguments at RULER's parameters, has depth)
@@ -140,10 +141,6 @@ def matched_depths(task: str, count: int, seed: int) -> list[int]:
         if depth not in depths:
             depths.append(depth)
     return depths
-
-
-def mean(values: list[float]) -> float:
-    return sum(values) / len(values)
 
 
 def summary(scores: list[float]) -> str:
