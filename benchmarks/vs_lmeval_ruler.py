@@ -7,19 +7,22 @@ The tasks that run offline (lm-eval's essay and QA tasks download from the hub):
 GGUF file is dequantized once and both load that folder) with the same torch threads.
 
 Per task and length it prints lm-eval's mean score with a bootstrap interval over its samples, diffeval's on its
-depth grid (0-100 %, 0 % included) and at RULER's depths (`matched`: NIAH draws the needle's position uniformly; vt's
-first assignment is the first of its chain's 5 uniform positions, the rest uniform after it, which is the law of
-sorted uniforms), and, as the one cause measured here beyond depths, lm-eval's score on its own outputs cut at
-diffeval's stop rule (the first blank line after the answer has begun: lm-eval's ruler tasks stop only at the token
-limit, and string_match_all counts whatever the extra tokens repeat). A `*` marks an lm-eval score outside diffeval's
-interval. It also prints both harnesses' mean prompt length in tokens: RULER grows a haystack of needles a few needles
-at a time (5 below 4K, 25 at 4K) and stops before the step that overflows, so its prompts can hold far fewer tokens
-than the length; where a marked NIAH or vt cell's lm-eval prompts are more than 5 % shorter than diffeval's, diffeval
-runs again at RULER's depths with its context set to lm-eval's mean prompt plus the generation budget (`at lm-eval's
-length`). For `ruler_cwe` lm-eval runs a second time with RULER's one-shot example put back in front of each prompt
-(`lm-eval with its example`): lm-eval builds the example and sizes the list to leave room for it, but its prompt is
-`{{input}}` alone; the second run is the same task through lm-eval's own loader (`--include_path`) with
-`doc_to_text: "{{input_example}}\n{{input}}"`.
+depth grid (0-100 %, 0 % included) and at lm-eval's depths (NIAH and vt: for each of lm-eval's samples, where its
+answer's first insert sits in its context, in percent of the context's characters, whose lines are uniform; diffeval
+then runs one sample at each, so both place their answers alike, RULER's slot rule included: a needle haystack's
+answer goes before one of its distractors, never last), and, as the one cause measured here beyond depths, lm-eval's
+score on its own outputs cut at diffeval's stop rule (the first blank line after the answer has begun: lm-eval's ruler
+tasks stop only at the token limit, and string_match_all counts whatever the extra tokens repeat). A `*` marks an
+lm-eval score outside diffeval's grid interval, a `+` one outside its interval at lm-eval's depths. It also prints both
+harnesses' mean prompt length in tokens: RULER grows a haystack of needles a few needles at a time (5 below 4K, 25 at
+4K) and stops before the step that overflows, so its prompts can hold far fewer tokens than the length; where a
+marked NIAH or vt cell's lm-eval prompts are more than 5 % shorter than diffeval's, diffeval runs again at lm-eval's
+depths with its context set to lm-eval's mean prompt plus the generation budget (`at lm-eval's length`). For
+`ruler_cwe` lm-eval runs twice more: with RULER's one-shot example put back in front of each prompt (`lm-eval with its
+example`: lm-eval builds the example and sizes the list to leave room for it, but its prompt is `{{input}}` alone; the
+same task through lm-eval's own loader, `--include_path`, with `doc_to_text: "{{input_example}}\n{{input}}"`), and
+so again with diffeval's word pool in place of wonderwords' (`lm-eval with its example, diffeval's words`: lm-eval's
+generator, seeds and sizing unchanged, only the words it draws from).
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
 `tests/real_checkpoints.py` by default. Budget at --samples 8 --threads 2 on this 2-core CPU: 8 to 13 minutes per NIAH
@@ -34,11 +37,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 from statistics import mean
 
@@ -52,6 +55,7 @@ PAIRS = {
     "ruler_cwe": ("cwe", [], False),
 }
 GRID = [0, 25, 50, 75, 100]
+VT_HEAD = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"  # RULER's
 LMEVAL_SAMPLES_PER_LENGTH = 500  # lm-eval's ruler datasets: RULER's 500 samples per length
 
 
@@ -80,9 +84,9 @@ def run(command: list[str], threads: int) -> None:
 
 def lm_eval_scores(task: str, model: Path, lengths: list[int], samples: int, threads: int, out: Path,
                    include: Path | None = None) -> list[dict]:  # fmt: skip
-    """lm-eval's per-sample length, score, output, expected strings and prompt tokens (the model's tokenizer, as
-    lm-eval's hf model encodes), every length in one run: its dataset holds RULER's 500 samples per length, one length
-    after the other, so the first `samples` of each are picked."""
+    """lm-eval's per-sample length, score, output, expected strings, prompt tokens (the model's tokenizer, as lm-eval's
+    hf model encodes) and answer depth (NIAH and vt), every length in one run: its dataset holds RULER's 500 samples
+    per length, one length after the other, so the first `samples` of each are picked."""
     from transformers import AutoTokenizer
 
     picks = {task: [block * LMEVAL_SAMPLES_PER_LENGTH + i for block in range(len(lengths)) for i in range(samples)]}
@@ -99,22 +103,41 @@ def lm_eval_scores(task: str, model: Path, lengths: list[int], samples: int, thr
     return [
         {"ctx": r["doc"]["max_length"], "score": float(r[str(r["doc"]["max_length"])]),
          "output": r["filtered_resps"][0], "expected": list(r["doc"]["outputs"]),
-         "prompt_tokens": len(tokenizer(r["arguments"]["gen_args_0"]["arg_0"], add_special_tokens=False).input_ids)}
+         "prompt_tokens": len(tokenizer(r["arguments"]["gen_args_0"]["arg_0"], add_special_tokens=False).input_ids),
+         "depth": answer_depth(task, r["arguments"]["gen_args_0"]["arg_0"], list(r["doc"]["outputs"]))}
         for r in rows
     ]  # fmt: skip
 
 
-def cwe_with_example(folder: Path) -> tuple[str, Path]:
-    """An lm-eval task that is lm-eval's ruler_cwe with RULER's one-shot example in front of each prompt."""
+# lm-eval's ruler_cwe dataset from diffeval's word pool: its generator, seeds and sizing as they are
+DIFFEVAL_WORDS_MODULE = '''"""lm-eval's ruler_cwe from diffeval's word pool (by benchmarks/vs_lmeval_ruler.py)."""
+import random
+
+from lm_eval.tasks.ruler import cwe_utils
+
+from diffeval.data.words import vocabulary
+
+cwe_utils.WORDS = sorted(vocabulary())
+random.Random(42).shuffle(cwe_utils.WORDS)  # as cwe_utils shuffles wonderwords' words
+get_cw_dataset = cwe_utils.get_cw_dataset
+'''
+
+
+def cwe_variants(folder: Path) -> tuple[list[str], Path]:
+    """Two lm-eval tasks on lm-eval's ruler_cwe, for `--include_path`: RULER's one-shot example in front of each
+    prompt, and that with diffeval's word pool."""
     import lm_eval
 
     folder.mkdir(parents=True)
-    cwe_yaml = Path(lm_eval.__file__).parent / "tasks" / "ruler" / "cwe.yaml"
-    (folder / "ruler_cwe_with_example.yaml").write_text(
-        f"include: {json.dumps(str(cwe_yaml))}\ntask: ruler_cwe_with_example\n"
-        'doc_to_text: "{{input_example}}\\n{{input}}"\n'
+    include = f"include: {json.dumps(str(Path(lm_eval.__file__).parent / 'tasks' / 'ruler' / 'cwe.yaml'))}\n"
+    with_example = 'doc_to_text: "{{input_example}}\\n{{input}}"\n'
+    (folder / "ruler_cwe_with_example.yaml").write_text(f"{include}task: ruler_cwe_with_example\n{with_example}")
+    (folder / "diffeval_words.py").write_text(DIFFEVAL_WORDS_MODULE)
+    (folder / "ruler_cwe_diffeval_words.yaml").write_text(
+        f"{include}task: ruler_cwe_diffeval_words\n{with_example}"
+        "custom_dataset: !function diffeval_words.get_cw_dataset\n"
     )
-    return "ruler_cwe_with_example", folder
+    return ["ruler_cwe_with_example", "ruler_cwe_diffeval_words"], folder
 
 
 def diffeval_scores(task: str, extra: list[str], model: Path, lengths: list[int], depths: list[int] | None,
@@ -127,20 +150,39 @@ def diffeval_scores(task: str, extra: list[str], model: Path, lengths: list[int]
     return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
 
 
-def matched_depths(task: str, count: int, seed: int) -> list[int]:
-    """`count` distinct depths drawn as RULER places the answer (see the module docstring)."""
-    if count > 101:
-        raise SystemExit(f"--samples {count}: at most 101 distinct depths (0-100) per length")
-    rng = random.Random(f"ruler-depths|{task}|{seed}")
-    depths: list[int] = []
-    while len(depths) < count:
-        if task == "ruler_vt":
-            depth = round(min(rng.uniform(0, 100) for _ in range(5)))
-        else:
-            depth = rng.randint(0, 100)
-        if depth not in depths:
-            depths.append(depth)
-    return depths
+def answer_depth(task: str, prompt: str, expected: list[str]) -> int | None:
+    """Where an lm-eval prompt's answer starts: its needle (NIAH) or its chain's first assignment (vt), in percent of
+    the context between RULER's instruction and its question. None for cwe."""
+    if not PAIRS.get(task, (None, None, False))[2]:
+        return None
+    if task == "ruler_vt":
+        start = prompt.rindex(VT_HEAD) + len(VT_HEAD)  # after the one-shot example's own chains
+        end = prompt.rindex("\nQuestion:")
+        at = prompt.index(f"VAR {expected[0]} = ", start)
+    else:
+        start = prompt.index("afterwards.") + len("afterwards.")
+        end = prompt.rindex("What ")
+        at = prompt.rindex("One of the special magic", start, prompt.index(expected[0], start))
+    return round(100 * (at - start) / (end - start))
+
+
+def diffeval_at_depths(task: str, extra: list[str], model: Path, ctx: int, depths: list[int], threads: int,
+                       out: Path) -> list[dict]:  # fmt: skip
+    """diffeval at one length with one sample per depth listed: a depth listed k times runs k samples there (one run
+    per multiplicity, as a cell's samples are its depth's first k)."""
+    counts = Counter(depths)
+    rows = []
+    for times in sorted(set(counts.values())):
+        at = sorted(depth for depth, count in counts.items() if count == times)
+        rows += diffeval_scores(task, extra, model, [ctx], at, times, threads, out / f"x{times}")
+    return rows
+
+
+def interval_holds(scores: list[float], value: float) -> bool:
+    from diffeval.intervals import bootstrap_ci
+
+    low, high = bootstrap_ci(scores)
+    return low <= value <= high
 
 
 def summary(scores: list[float]) -> str:
@@ -159,7 +201,6 @@ def main() -> None:
     parser.add_argument("--tasks", default=",".join(PAIRS), help="lm-eval tasks to compare")
     parser.add_argument("--keep", help="a folder to keep both harnesses' samples in, to read a gap from")
     args = parser.parse_args()
-    from diffeval.intervals import bootstrap_ci
     from diffeval.longctx import scoring
     from diffeval.models.tokenizer import cut_at_stop
 
@@ -172,56 +213,58 @@ def main() -> None:
           f"thread(s), greedy, {time.strftime('%Y-%m-%d %H:%M')}\n")  # fmt: skip
     print(
         "task | length | prompt tokens, lm-eval / diffeval | lm-eval | lm-eval, diffeval's stop rule | diffeval grid "
-        "| diffeval matched depths | diffeval at lm-eval's length | lm-eval with its example"
+        "| diffeval at lm-eval's depths | diffeval at lm-eval's length | lm-eval with its example "
+        "| lm-eval with its example, diffeval's words"
     )
-    print("--- | --- | --- | --- | --- | --- | --- | --- | ---")  # fmt: skip
+    print("--- | --- | --- | --- | --- | --- | --- | --- | --- | ---")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
         for task in args.tasks.split(","):
             ours_task, extra, has_depth = PAIRS[task]
             start = time.perf_counter()
             theirs = lm_eval_scores(task, model, lengths, args.samples, args.threads, root / f"lm-{task}")
-            with_example = []
+            variants: dict[str, list[dict]] = {}
             if task == "ruler_cwe":
-                example_task, include = cwe_with_example(root / "lm-eval-task-with-example")
-                with_example = lm_eval_scores(example_task, model, lengths, args.samples, args.threads,
-                                              root / f"lm-{example_task}", include)  # fmt: skip
+                names, include = cwe_variants(root / "lm-eval-cwe-tasks")
+                for variant in names:
+                    variants[variant] = lm_eval_scores(variant, model, lengths, args.samples, args.threads,
+                                                       root / f"lm-{variant}", include)  # fmt: skip
             per_depth = max(args.samples // len(GRID), 1)
             grid = diffeval_scores(ours_task, extra, model, lengths, GRID if has_depth else None,
                                    per_depth if has_depth else args.samples, args.threads,
                                    root / f"grid-{task}")  # fmt: skip
-            matched = []
-            if has_depth:
-                matched = diffeval_scores(ours_task, extra, model, lengths, matched_depths(task, args.samples, 0), 1,
-                                          args.threads, root / f"matched-{task}")  # fmt: skip
             for length in lengths:
                 lm = [r for r in theirs if r["ctx"] == length]
                 # diffeval's stop rule on lm-eval's finished outputs: cut at the first blank line after the answer
                 cut = [scoring.score(cut_at_stop(r["output"], ["\n\n"]), r["expected"], "ruler")[0] for r in lm]
                 ours = [r for r in grid if r["ctx"] == length]
-                ours_grid = [r["score"] for r in ours]
-                ours_matched = [r["score"] for r in matched if r["ctx"] == length]
                 lm_mean, lm_tokens = mean([r["score"] for r in lm]), mean([r["prompt_tokens"] for r in lm])
                 our_tokens = mean([r["prompt_tokens"] for r in ours])
-                low, high = bootstrap_ci(ours_grid)
-                outside = not low <= lm_mean <= high
-                at_their_length = "—"
-                # cwe's list is sized with the example in lm-eval (see lm-eval with its example): diffeval's example
-                # and its common words alone would not fit lm-eval's shorter prompt
-                if outside and has_depth and lm_tokens < 0.95 * our_tokens:
-                    their_ctx = round(lm_tokens) + ours[0]["max_new_tokens"]
-                    rerun = diffeval_scores(ours_task, extra, model, [their_ctx], matched_depths(task, args.samples, 0),
-                                            1, args.threads, root / f"at-lm-eval-length-{task}-{length}")  # fmt: skip
-                    at_their_length = f"{summary([r['score'] for r in rerun])} (ctx {their_ctx})"
-                example = [r for r in with_example if r["ctx"] == length]
-                example_cell = "—"
-                if example:
-                    example_tokens = mean([r["prompt_tokens"] for r in example])
-                    example_cell = f"{summary([r['score'] for r in example])} ({example_tokens:.0f} tokens)"
+                outside_grid = not interval_holds([r["score"] for r in ours], lm_mean)
+                their_depths = [r["depth"] for r in lm]
+                at_depths, outside_depths, at_their_length = "no depth", False, "—"
+                if has_depth:
+                    matched = diffeval_at_depths(ours_task, extra, model, length, their_depths, args.threads,
+                                                 root / f"at-lm-eval-depths-{task}-{length}")  # fmt: skip
+                    at_depths = summary([r["score"] for r in matched])
+                    outside_depths = not interval_holds([r["score"] for r in matched], lm_mean)
+                    # cwe's list is sized with the example in lm-eval (see lm-eval with its example): diffeval's
+                    # example and its common words alone would not fit lm-eval's shorter prompt
+                    if (outside_grid or outside_depths) and lm_tokens < 0.95 * our_tokens:
+                        their_ctx = round(lm_tokens) + ours[0]["max_new_tokens"]
+                        rerun = diffeval_at_depths(ours_task, extra, model, their_ctx, their_depths, args.threads,
+                                                   root / f"at-lm-eval-length-{task}-{length}")  # fmt: skip
+                        at_their_length = f"{summary([r['score'] for r in rerun])} (ctx {their_ctx})"
+                cells = []
+                for rows in variants.values():
+                    at_length = [r for r in rows if r["ctx"] == length]
+                    tokens = mean([r["prompt_tokens"] for r in at_length])
+                    cells.append(f"{summary([r['score'] for r in at_length])} ({tokens:.0f} tokens)")
+                marks = (" *" if outside_grid else "") + (" +" if outside_depths else "")
                 print(f"{task} | {length} | {lm_tokens:.0f} / {our_tokens:.0f} | "
-                      f"{summary([r['score'] for r in lm])}{' *' if outside else ''} | {summary(cut)} | "
-                      f"{summary(ours_grid)} | {summary(ours_matched) if ours_matched else 'no depth'} | "
-                      f"{at_their_length} | {example_cell}", flush=True)  # fmt: skip
+                      f"{summary([r['score'] for r in lm])}{marks} | {summary(cut)} | "
+                      f"{summary([r['score'] for r in ours])} | {at_depths} | {at_their_length} | "
+                      f"{' | '.join(cells or ['—', '—'])}", flush=True)  # fmt: skip
             print(f"<!-- {task}: {time.perf_counter() - start:.0f} s -->", flush=True)
 
 
