@@ -17,16 +17,18 @@ lm-eval score outside diffeval's grid interval, a `+` one outside its interval a
 harnesses' mean prompt length in tokens: RULER grows a haystack of needles a few needles at a time (5 below 4K, 25 at
 4K) and stops before the step that overflows, so its prompts can hold far fewer tokens than the length; where a
 marked NIAH or vt cell's lm-eval prompts are more than 5 % shorter than diffeval's, diffeval runs again at lm-eval's
-depths with its context set to lm-eval's mean prompt plus the generation budget (`at lm-eval's length`). For
-`ruler_cwe` lm-eval runs twice more: with RULER's one-shot example put back in front of each prompt (`lm-eval with its
-example`: lm-eval builds the example and sizes the list to leave room for it, but its prompt is `{{input}}` alone; the
-same task through lm-eval's own loader, `--include_path`, with `doc_to_text: "{{input_example}}\n{{input}}"`), and
-so again with diffeval's word pool in place of wonderwords' (`lm-eval with its example, diffeval's words`: lm-eval's
-generator, seeds and sizing unchanged, only the words it draws from).
+depths with its context set to lm-eval's mean prompt plus the generation budget (`at lm-eval's length`). Where lm-eval
+departs from RULER's own prompt, lm-eval runs again with RULER's choice put back, through lm-eval's own loader
+(`--include_path`, a task that includes lm-eval's): `ruler_cwe` with RULER's one-shot example in front of each prompt
+(lm-eval builds the example and sizes the list to leave room for it, but its prompt is `{{input}}` alone; put back
+with `doc_to_text: "{{input_example}}\n{{input}}"`) and so again with diffeval's word pool in place of wonderwords'
+(lm-eval's generator, seeds and sizing unchanged, only the words it draws from); `ruler_vt` with RULER's answer prefix
+ending in its space ("they are: "), which lm-eval strips (`gen_prefix: "{{gen_prefix}} "`).
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
-`tests/real_checkpoints.py` by default. Budget at --samples 8 --threads 2 on this 2-core CPU: 8 to 13 minutes per NIAH
-or vt task, about 10 s per sample (lm-eval generates its full token limit); cwe 20 minutes with its second lm-eval run.
+`tests/real_checkpoints.py` by default. Budget at --samples 10 --threads 2 on this 2-core CPU, per length: NIAH 4 to 8
+minutes (lm-eval generates its full token limit, about 10 s per sample), vt 4 minutes, cwe 5 minutes with its lm-eval
+reruns.
 
 Run: python benchmarks/vs_lmeval_ruler.py [--model PATH] [--lengths 1024,2048,4096] [--samples 10] [--threads 1]
      [--keep DIR]
@@ -123,21 +125,34 @@ get_cw_dataset = cwe_utils.get_cw_dataset
 '''
 
 
-def cwe_variants(folder: Path) -> tuple[list[str], Path]:
-    """Two lm-eval tasks on lm-eval's ruler_cwe, for `--include_path`: RULER's one-shot example in front of each
-    prompt, and that with diffeval's word pool."""
+def lm_eval_variants(task: str, folder: Path) -> dict[str, str]:
+    """lm-eval tasks that are `task` with one of RULER's own choices put back, for `--include_path folder`: column
+    name → lm-eval task. cwe: RULER's one-shot example in front of each prompt, and that with diffeval's word pool; vt:
+    RULER's answer prefix with its trailing space ("they are: "), which lm-eval strips."""
     import lm_eval
 
-    folder.mkdir(parents=True)
-    include = f"include: {json.dumps(str(Path(lm_eval.__file__).parent / 'tasks' / 'ruler' / 'cwe.yaml'))}\n"
+    yaml = Path(lm_eval.__file__).parent / "tasks" / "ruler" / ("cwe.yaml" if task == "ruler_cwe" else "vt.yaml")
+    include = f"include: {json.dumps(str(yaml))}\n"
     with_example = 'doc_to_text: "{{input_example}}\\n{{input}}"\n'
-    (folder / "ruler_cwe_with_example.yaml").write_text(f"{include}task: ruler_cwe_with_example\n{with_example}")
-    (folder / "diffeval_words.py").write_text(DIFFEVAL_WORDS_MODULE)
-    (folder / "ruler_cwe_diffeval_words.yaml").write_text(
-        f"{include}task: ruler_cwe_diffeval_words\n{with_example}"
-        "custom_dataset: !function diffeval_words.get_cw_dataset\n"
-    )
-    return ["ruler_cwe_with_example", "ruler_cwe_diffeval_words"], folder
+    variants = {
+        "ruler_cwe": {
+            "lm-eval with its example": ("ruler_cwe_with_example", with_example),
+            "lm-eval with its example, diffeval's words": (
+                "ruler_cwe_diffeval_words",
+                with_example + "custom_dataset: !function diffeval_words.get_cw_dataset\n",
+            ),
+        },
+        "ruler_vt": {
+            "lm-eval with RULER's trailing space": ("ruler_vt_trailing_space", 'gen_prefix: "{{gen_prefix}} "\n')
+        },
+    }.get(task, {})
+    if variants:
+        folder.mkdir(parents=True)
+    if task == "ruler_cwe":
+        (folder / "diffeval_words.py").write_text(DIFFEVAL_WORDS_MODULE)
+    for name, body in variants.values():
+        (folder / f"{name}.yaml").write_text(f"{include}task: {name}\n{body}")
+    return {column: name for column, (name, _) in variants.items()}
 
 
 def diffeval_scores(task: str, extra: list[str], model: Path, lengths: list[int], depths: list[int] | None,
@@ -213,22 +228,19 @@ def main() -> None:
           f"thread(s), greedy, {time.strftime('%Y-%m-%d %H:%M')}\n")  # fmt: skip
     print(
         "task | length | prompt tokens, lm-eval / diffeval | lm-eval | lm-eval, diffeval's stop rule | diffeval grid "
-        "| diffeval at lm-eval's depths | diffeval at lm-eval's length | lm-eval with its example "
-        "| lm-eval with its example, diffeval's words"
+        "| diffeval at lm-eval's depths | diffeval at lm-eval's length | lm-eval with RULER's choices put back"
     )
-    print("--- | --- | --- | --- | --- | --- | --- | --- | --- | ---")  # fmt: skip
+    print("--- | --- | --- | --- | --- | --- | --- | --- | ---")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
         for task in args.tasks.split(","):
             ours_task, extra, has_depth = PAIRS[task]
             start = time.perf_counter()
             theirs = lm_eval_scores(task, model, lengths, args.samples, args.threads, root / f"lm-{task}")
-            variants: dict[str, list[dict]] = {}
-            if task == "ruler_cwe":
-                names, include = cwe_variants(root / "lm-eval-cwe-tasks")
-                for variant in names:
-                    variants[variant] = lm_eval_scores(variant, model, lengths, args.samples, args.threads,
-                                                       root / f"lm-{variant}", include)  # fmt: skip
+            include = root / f"lm-eval-tasks-{task}"
+            variants = {column: lm_eval_scores(variant, model, lengths, args.samples, args.threads,
+                                               root / f"lm-{variant}", include)
+                        for column, variant in lm_eval_variants(task, include).items()}  # fmt: skip
             per_depth = max(args.samples // len(GRID), 1)
             grid = diffeval_scores(ours_task, extra, model, lengths, GRID if has_depth else None,
                                    per_depth if has_depth else args.samples, args.threads,
@@ -256,15 +268,15 @@ def main() -> None:
                                                    root / f"at-lm-eval-length-{task}-{length}")  # fmt: skip
                         at_their_length = f"{summary([r['score'] for r in rerun])} (ctx {their_ctx})"
                 cells = []
-                for rows in variants.values():
+                for column, rows in variants.items():
                     at_length = [r for r in rows if r["ctx"] == length]
                     tokens = mean([r["prompt_tokens"] for r in at_length])
-                    cells.append(f"{summary([r['score'] for r in at_length])} ({tokens:.0f} tokens)")
+                    cells.append(f"{column}: {summary([r['score'] for r in at_length])} ({tokens:.0f} tokens)")
                 marks = (" *" if outside_grid else "") + (" +" if outside_depths else "")
                 print(f"{task} | {length} | {lm_tokens:.0f} / {our_tokens:.0f} | "
                       f"{summary([r['score'] for r in lm])}{marks} | {summary(cut)} | "
                       f"{summary([r['score'] for r in ours])} | {at_depths} | {at_their_length} | "
-                      f"{' | '.join(cells or ['—', '—'])}", flush=True)  # fmt: skip
+                      f"{'; '.join(cells) or '—'}", flush=True)  # fmt: skip
             print(f"<!-- {task}: {time.perf_counter() - start:.0f} s -->", flush=True)
 
 
