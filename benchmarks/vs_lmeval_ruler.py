@@ -21,9 +21,11 @@ depths with its context set to lm-eval's mean prompt plus the generation budget 
 departs from RULER's own prompt, lm-eval runs again with RULER's choice put back, through lm-eval's own loader
 (`--include_path`, a task that includes lm-eval's): `ruler_cwe` with RULER's one-shot example in front of each prompt
 (lm-eval builds the example and sizes the list to leave room for it, but its prompt is `{{input}}` alone; put back
-with `doc_to_text: "{{input_example}}\n{{input}}"`) and so again with diffeval's word pool in place of wonderwords'
-(lm-eval's generator, seeds and sizing unchanged, only the words it draws from); `ruler_vt` with RULER's answer prefix
-ending in its space ("they are: "), which lm-eval strips (`gen_prefix: "{{gen_prefix}} "`).
+with `doc_to_text: "{{input_example}}\n{{input}}"`), then also with RULER's answer prefix on the question's line
+("...list? Answer: The top 10 words...", where lm-eval's `target_delimiter` puts a blank line), then also with
+diffeval's word pool in place of wonderwords' (lm-eval's generator, seeds and sizing unchanged, only the words it draws
+from); `ruler_vt` with RULER's answer prefix ending in its space ("they are: "), which lm-eval strips (`gen_prefix:
+"{{gen_prefix}} "`).
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
 `tests/real_checkpoints.py` by default. Budget at --samples 10 --threads 2 on this 2-core CPU, per length: NIAH 4 to 8
@@ -127,19 +129,25 @@ get_cw_dataset = cwe_utils.get_cw_dataset
 
 def lm_eval_variants(task: str, folder: Path) -> dict[str, str]:
     """lm-eval tasks that are `task` with one of RULER's own choices put back, for `--include_path folder`: column
-    name → lm-eval task. cwe: RULER's one-shot example in front of each prompt, and that with diffeval's word pool; vt:
-    RULER's answer prefix with its trailing space ("they are: "), which lm-eval strips."""
+    name → lm-eval task. cwe: RULER's one-shot example in front of each prompt, then also RULER's answer prefix on the
+    question's line (lm-eval puts a blank line between), then also diffeval's word pool; vt: RULER's answer prefix with
+    its trailing space ("they are: "), which lm-eval strips."""
     import lm_eval
 
     yaml = Path(lm_eval.__file__).parent / "tasks" / "ruler" / ("cwe.yaml" if task == "ruler_cwe" else "vt.yaml")
     include = f"include: {json.dumps(str(yaml))}\n"
     with_example = 'doc_to_text: "{{input_example}}\\n{{input}}"\n'
+    # cwe's departures put back one after the other, each on top of the ones before
+    answer_on_the_question_line = 'target_delimiter: " "\n'
     variants = {
         "ruler_cwe": {
             "lm-eval with its example": ("ruler_cwe_with_example", with_example),
-            "lm-eval with its example, diffeval's words": (
+            "and RULER's ' Answer:'": ("ruler_cwe_ruler_answer", with_example + answer_on_the_question_line),
+            "and diffeval's words": (
                 "ruler_cwe_diffeval_words",
-                with_example + "custom_dataset: !function diffeval_words.get_cw_dataset\n",
+                with_example
+                + answer_on_the_question_line
+                + "custom_dataset: !function diffeval_words.get_cw_dataset\n",
             ),
         },
         "ruler_vt": {
