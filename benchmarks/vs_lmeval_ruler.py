@@ -28,9 +28,9 @@ from); `ruler_vt` with RULER's answer prefix ending in its space ("they are: "),
 "{{gen_prefix}} "`).
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
-`tests/real_checkpoints.py` by default. Budget at --samples 10 --threads 2 on this 2-core CPU, per length: NIAH 4 to 8
-minutes (lm-eval generates its full token limit, about 10 s per sample), vt 4 minutes, cwe 5 minutes with its lm-eval
-reruns.
+`tests/real_checkpoints.py` by default. Measured budget at --samples 10 --threads 2 on this 2-core CPU, per length:
+NIAH 4 to 9 minutes (lm-eval generates its full token limit), vt 5 minutes at 1K and 2K and 11 at 4K (with its lm-eval
+rerun), cwe 10 minutes at 1K (with its three lm-eval reruns).
 
 Run: python benchmarks/vs_lmeval_ruler.py [--model PATH] [--lengths 1024,2048,4096] [--samples 10] [--threads 1]
      [--keep DIR]
