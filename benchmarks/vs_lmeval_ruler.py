@@ -6,26 +6,25 @@ The tasks that run offline (lm-eval's essay and QA tasks download from the hub):
 `vt` and `cwe`, at RULER's parameters. Both harnesses generate greedily on CPU in fp32 from the same checkpoint (a
 GGUF file is dequantized once and both load that folder) with the same torch threads.
 
-Per task and length it prints lm-eval's mean score with a bootstrap interval over its samples, diffeval's on its
-depth grid (0-100 %, 0 % included) and at lm-eval's depths (NIAH and vt: for each of lm-eval's samples, where its
-answer's first insert sits in its context, in percent of the context's characters, whose lines are uniform; diffeval
-then runs one sample at each, so both place their answers alike, RULER's slot rule included: a needle haystack's
-answer goes before one of its distractors, never last), and, as the one cause measured here beyond depths, lm-eval's
-score on its own outputs cut at diffeval's stop rule (the first blank line after the answer has begun: lm-eval's ruler
-tasks stop only at the token limit, and string_match_all counts whatever the extra tokens repeat). A `*` marks an
-lm-eval score outside diffeval's grid interval, a `+` one outside its interval at lm-eval's depths. It also prints both
-harnesses' mean prompt length in tokens: RULER grows a haystack of needles a few needles at a time (5 below 4K, 25 at
-4K) and stops before the step that overflows, so its prompts can hold far fewer tokens than the length; where a
-marked NIAH or vt cell's lm-eval prompts are more than 5 % shorter than diffeval's, diffeval runs again at lm-eval's
+Per task and length it prints lm-eval's mean score with a bootstrap interval over its samples, diffeval's on its depth
+grid (0-100 %, 0 % included) and at lm-eval's depths (NIAH and vt: for each of lm-eval's samples, where its answer's
+first insert sits in its context, in percent of the context's characters, whose lines are uniform; diffeval then runs
+one sample at each, so both put their answers at the same relative depths, RULER's slot rule included: a needle
+haystack's answer goes before one of its distractors, never last), and, as the one cause measured here beyond depths,
+lm-eval's score on its own outputs cut at diffeval's stop rule (the first blank line after the answer has begun:
+lm-eval's ruler tasks stop only at the token limit, and string_match_all counts whatever the extra tokens repeat). A `*`
+marks an lm-eval score outside diffeval's grid interval, a `+` one outside its interval at lm-eval's depths. It also
+prints both harnesses' mean prompt length in tokens: RULER grows a haystack of needles a few needles at a time (5 below
+4K, 25 at 4K) and stops before the step that overflows, so its prompts can hold far fewer tokens than the length; where
+a marked NIAH or vt cell's lm-eval prompts are more than 5 % shorter than diffeval's, diffeval runs again at lm-eval's
 depths with its context set to lm-eval's mean prompt plus the generation budget (`at lm-eval's length`). Where lm-eval
 departs from RULER's own prompt, lm-eval runs again with RULER's choice put back, through lm-eval's own loader
 (`--include_path`, a task that includes lm-eval's): `ruler_cwe` with RULER's one-shot example in front of each prompt
-(lm-eval builds the example and sizes the list to leave room for it, but its prompt is `{{input}}` alone; put back
-with `doc_to_text: "{{input_example}}\n{{input}}"`), then also with RULER's answer prefix on the question's line
-("...list? Answer: The top 10 words...", where lm-eval's `target_delimiter` puts a blank line), then also with
-diffeval's word pool in place of wonderwords' (lm-eval's generator, seeds and sizing unchanged, only the words it draws
-from); `ruler_vt` with RULER's answer prefix ending in its space ("they are: "), which lm-eval strips (`gen_prefix:
-"{{gen_prefix}} "`).
+(lm-eval builds the example and sizes the list to leave room for it, but its prompt is `{{input}}` alone; put back with
+`doc_to_text: "{{input_example}}\n{{input}}"`), then also with RULER's answer prefix on the question's line ("...list?
+Answer: The top 10 words...", where lm-eval's `target_delimiter` puts a blank line), then also with diffeval's word pool
+in place of wonderwords' (lm-eval's generator, seeds and sizing unchanged, only the words it draws from); `ruler_vt`
+with RULER's answer prefix ending in its space ("they are: "), which lm-eval strips (`gen_prefix: "{{gen_prefix}} "`).
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
 `tests/real_checkpoints.py` by default. Measured budget at --samples 10 --threads 2 on this 2-core CPU, per length:
@@ -264,12 +263,12 @@ def main() -> None:
                 their_depths = [r["depth"] for r in lm]
                 at_depths, outside_depths, at_their_length = "no depth", False, "—"
                 if has_depth:
-                    matched = diffeval_at_depths(ours_task, extra, model, length, their_depths, args.threads,
-                                                 root / f"at-lm-eval-depths-{task}-{length}")  # fmt: skip
-                    at_depths = summary([r["score"] for r in matched])
-                    outside_depths = not interval_holds([r["score"] for r in matched], lm_mean)
-                    # cwe's list is sized with the example in lm-eval (see lm-eval with its example): diffeval's
-                    # example and its common words alone would not fit lm-eval's shorter prompt
+                    at_lm_depths = diffeval_at_depths(ours_task, extra, model, length, their_depths, args.threads,
+                                                      root / f"at-lm-eval-depths-{task}-{length}")  # fmt: skip
+                    at_depths = summary([r["score"] for r in at_lm_depths])
+                    outside_depths = not interval_holds([r["score"] for r in at_lm_depths], lm_mean)
+                    # not for cwe: lm-eval sizes its list with the example it then leaves out, so diffeval's example
+                    # and common words alone would not fit lm-eval's shorter prompt
                     if (outside_grid or outside_depths) and lm_tokens < 0.95 * our_tokens:
                         their_ctx = round(lm_tokens) + ours[0]["max_new_tokens"]
                         rerun = diffeval_at_depths(ours_task, extra, model, their_ctx, their_depths, args.threads,
