@@ -59,6 +59,10 @@ PAIRS = {
 }
 GRID = [0, 25, 50, 75, 100]
 VT_HEAD = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"  # RULER's
+CWE_HEAD = ("Below is a numbered list of words. In these words, some appear more often than others. Memorize the ones "
+            "that appear most often.\n")  # RULER's  # fmt: skip
+# the tasks whose prompts start with a one-shot example: the instruction that starts the sample after it
+EXAMPLE_ENDS = {"ruler_vt": VT_HEAD, "ruler_cwe": CWE_HEAD}
 LMEVAL_SAMPLES_PER_LENGTH = 500  # lm-eval's ruler datasets: RULER's 500 samples per length
 
 
@@ -86,13 +90,14 @@ def run(command: list[str], threads: int) -> None:
 
 
 def lm_eval_scores(task: str, model: Path, lengths: list[int], samples: int, threads: int, out: Path,
-                   include: Path | None = None) -> list[dict]:  # fmt: skip
-    """lm-eval's per-sample length, score, output, expected strings, prompt tokens (the model's tokenizer, as lm-eval's
-    hf model encodes) and answer depth (NIAH and vt), every length in one run: its dataset holds RULER's 500 samples
-    per length, one length after the other, so the first `samples` of each are picked."""
+                   include: Path | None = None, per_length: int = LMEVAL_SAMPLES_PER_LENGTH) -> list[dict]:  # fmt: skip
+    """lm-eval's per-sample length, score, output, expected strings, prompt, prompt tokens (the model's tokenizer, as
+    lm-eval's hf model encodes) and answer depth (NIAH and vt, in RULER's prompts), every length in one run: its
+    dataset holds `per_length` samples per length (RULER's 500), one length after the other, so the first `samples`
+    of each are picked."""
     from transformers import AutoTokenizer
 
-    picks = {task: [block * LMEVAL_SAMPLES_PER_LENGTH + i for block in range(len(lengths)) for i in range(samples)]}
+    picks = {task: [block * per_length + i for block in range(len(lengths)) for i in range(samples)]}
     include_args = ["--include_path", str(include)] if include else []
     run([sys.executable, "-m", "lm_eval", *include_args, "--model", "hf", "--model_args",
          f"pretrained={model},dtype=float32", "--tasks", task, "--samples", json.dumps(picks), "--metadata",
@@ -101,14 +106,16 @@ def lm_eval_scores(task: str, model: Path, lengths: list[int], samples: int, thr
     (found,) = sorted(out.rglob(f"samples_{task}_*.jsonl"))
     rows = [json.loads(line) for line in found.read_text().splitlines()]
     if sorted(r["doc"]["max_length"] for r in rows) != sorted(lengths * samples):
-        raise SystemExit(f"lm-eval's {task} dataset is not {LMEVAL_SAMPLES_PER_LENGTH} samples per length here")
+        raise SystemExit(f"lm-eval's {task} dataset is not {per_length} samples per length here")
     tokenizer = AutoTokenizer.from_pretrained(model)
+    prompts = [r["arguments"]["gen_args_0"]["arg_0"] for r in rows]
     return [
         {"ctx": r["doc"]["max_length"], "score": float(r[str(r["doc"]["max_length"])]),
-         "output": r["filtered_resps"][0], "expected": list(r["doc"]["outputs"]),
-         "prompt_tokens": len(tokenizer(r["arguments"]["gen_args_0"]["arg_0"], add_special_tokens=False).input_ids),
-         "depth": answer_depth(task, r["arguments"]["gen_args_0"]["arg_0"], list(r["doc"]["outputs"]))}
-        for r in rows
+         "output": r["filtered_resps"][0], "expected": list(r["doc"]["outputs"]), "prompt": prompt,
+         "answer_prefix": r["doc"]["gen_prefix"],
+         "prompt_tokens": len(tokenizer(prompt, add_special_tokens=False).input_ids),
+         "depth": answer_depth(task, prompt, list(r["doc"]["outputs"]))}
+        for r, prompt in zip(rows, prompts, strict=True)
     ]  # fmt: skip
 
 
@@ -126,15 +133,19 @@ get_cw_dataset = cwe_utils.get_cw_dataset
 '''
 
 
+def lm_eval_yaml(task: str) -> Path:
+    """lm-eval's file of one of its ruler tasks, for a task that includes it."""
+    import lm_eval
+
+    return Path(lm_eval.__file__).parent / "tasks" / "ruler" / f"{task.removeprefix('ruler_')}.yaml"
+
+
 def lm_eval_variants(task: str, folder: Path) -> dict[str, str]:
     """lm-eval tasks that are `task` with one of RULER's own choices put back, for `--include_path folder`: column
     name → lm-eval task. cwe: RULER's one-shot example in front of each prompt, then also RULER's answer prefix on the
     question's line (lm-eval puts a blank line between), then also diffeval's word pool; vt: RULER's answer prefix with
     its trailing space ("they are: "), which lm-eval strips."""
-    import lm_eval
-
-    yaml = Path(lm_eval.__file__).parent / "tasks" / "ruler" / ("cwe.yaml" if task == "ruler_cwe" else "vt.yaml")
-    include = f"include: {json.dumps(str(yaml))}\n"
+    include = f"include: {json.dumps(str(lm_eval_yaml(task)))}\n"
     with_example = 'doc_to_text: "{{input_example}}\\n{{input}}"\n'
     # cwe's departures put back one after the other, each on top of the ones before
     answer_on_the_question_line = 'target_delimiter: " "\n'
@@ -160,6 +171,108 @@ def lm_eval_variants(task: str, folder: Path) -> dict[str, str]:
     for name, body in variants.values():
         (folder / f"{name}.yaml").write_text(f"{include}task: {name}\n{body}")
     return {column: name for column, (name, _) in variants.items()}
+
+
+# given prompts as an lm-eval dataset: rows written beside it by lm_eval_on_prompts
+GIVEN_PROMPTS_MODULE = '''"""Given prompts as an lm-eval dataset (by benchmarks/vs_lmeval_ruler.py)."""
+import json
+from pathlib import Path
+
+import datasets
+
+
+def dataset(**kwargs):
+    rows = json.loads((Path(__file__).parent / "given_prompts.json").read_text())
+    return {"test": datasets.Dataset.from_list(rows, split=datasets.Split.TEST)}
+'''
+
+
+def diffeval_prompts(task: str, extra: list[str], model: Path, records: list[dict]) -> list[tuple[str, str, list[str]]]:
+    """The prompt text, answer prefix and expected strings of each of diffeval's records, rebuilt from its parameters
+    (samples are pure and seeded) with the model's tokenizer, as diffeval's viewer rebuilds them; refused where one
+    differs from the recorded one."""
+    import importlib
+
+    from transformers import AutoTokenizer
+
+    from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer
+    from diffeval.tasks import build_config, probe
+
+    recipe = importlib.import_module(f"diffeval.tasks.{task.replace('-', '_')}").RECIPE
+    flags = {name.removeprefix("--").replace("-", "_"): value for name, value in zip(extra[::2], extra[1::2])}
+    config = build_config(task, {}, flags)
+    tokenizer = PromptTokenizer(HFTokenizer(AutoTokenizer.from_pretrained(model)), "m")
+    texts = []
+    for r in records:
+        sample = recipe.make_sample(config.options, r["seed"], r["ctx"], r["depth"], r["setting"], r["index"])
+        prompt = probe.fitted_prompt(recipe, sample, tokenizer, config)
+        if sample.sample_id != r["sample_id"] or len(prompt.ids) != r["prompt_tokens"]:
+            raise SystemExit(f"{task}: a rebuilt prompt differs from the one diffeval ran ({r['sample_id']})")
+        texts.append((prompt.text, sample.answer_prefix, r["expected"]))
+    return texts
+
+
+def lm_eval_on_prompts(task: str, model: Path, prompts: list[tuple[str, str, list[str]]], ctx: int, threads: int,
+                       out: Path) -> list[dict]:  # fmt: skip
+    """lm-eval's `task` (its generation, stop rule and scoring) on these prompts (text, answer prefix, expected
+    strings), all of one length: each split before its answer prefix into lm-eval's `input` and `gen_prefix` and
+    joined again with no delimiter, so lm-eval runs them to the character (checked). Rows in the prompts' order."""
+    rows = []
+    for text, prefix, expected in prompts:
+        cut = text.rindex(prefix.strip())
+        rows.append({"input": text[:cut], "gen_prefix": text[cut:], "outputs": expected, "max_length": ctx})
+    include = out / "tasks"
+    include.mkdir(parents=True)
+    (include / "given_prompts.py").write_text(GIVEN_PROMPTS_MODULE)
+    (include / "given_prompts.json").write_text(json.dumps(rows))
+    name = f"{task}_given_prompts"
+    (include / f"{name}.yaml").write_text(f"include: {json.dumps(str(lm_eval_yaml(task)))}\ntask: {name}\n"
+                                          "custom_dataset: !function given_prompts.dataset\n"
+                                          'doc_to_text: "{{input}}"\ntarget_delimiter: ""\n')  # fmt: skip
+    theirs = lm_eval_scores(name, model, [ctx], len(rows), threads, out, include, per_length=len(rows))
+    by_prompt = {r["prompt"]: r for r in theirs}
+    if set(by_prompt) != {text for text, _, _ in prompts}:
+        raise SystemExit(f"{task}: lm-eval's prompts are not the ones given to the character")
+    return [by_prompt[text] for text, _, _ in prompts]
+
+
+def swap_examples(head: str, ours: list[tuple[str, str, list[str]]], theirs: list[tuple[str, str, list[str]]]):
+    """Both harnesses' prompts with the one-shot examples exchanged, pair by pair: (diffeval's with lm-eval's example,
+    lm-eval's with diffeval's). A prompt's example is all before the last `head` (the task's instruction), which
+    starts the sample itself."""
+
+    def cut(text: str) -> tuple[str, str]:
+        at = text.rindex(head)
+        return text[:at], text[at:]
+
+    pairs = list(zip(ours, theirs, strict=True))
+    ours_with_theirs = [(cut(t)[0] + cut(o)[1], prefix, expected) for (o, prefix, expected), (t, _, _) in pairs]
+    theirs_with_ours = [(cut(o)[0] + cut(t)[1], prefix, expected) for (o, _, _), (t, prefix, expected) in pairs]
+    return ours_with_theirs, theirs_with_ours
+
+
+def example_swaps(task: str, ours_task: str, extra: list[str], model: Path, ours: list[dict], theirs: list[dict],
+                  threads: int, out: Path) -> str:  # fmt: skip
+    """Where a gap's prompts differ, measured: lm-eval (generation, stop rule, scoring) on diffeval's own prompts of
+    these records, then on diffeval's prompts with lm-eval's one-shot examples and on lm-eval's with diffeval's (both
+    harnesses' prompts, all of one length, paired in order). The first shows whether the harnesses differ beyond the
+    prompt; the two others split the prompt into its example and the rest."""
+    (length,) = {r["ctx"] for r in ours}
+    our_prompts = diffeval_prompts(ours_task, extra, model, ours)
+    their_prompts = [(r["prompt"], r["answer_prefix"], r["expected"]) for r in theirs]
+    ours_with_theirs, theirs_with_ours = swap_examples(EXAMPLE_ENDS[task], our_prompts, their_prompts)
+    as_they_are = lm_eval_on_prompts(task, model, our_prompts, length, threads, out / "diffeval-prompts")
+    same = sum(a["score"] == b["score"] for a, b in zip(as_they_are, ours, strict=True))
+    cells = [f"diffeval's prompts: {summary([r['score'] for r in as_they_are])} (the score diffeval gave on {same} "
+             f"of {len(ours)})"]  # fmt: skip
+    for column, prompts, folder in (
+        ("diffeval's with lm-eval's example", ours_with_theirs, "with-lm-eval-example"),
+        ("lm-eval's with diffeval's example", theirs_with_ours, "with-diffeval-example"),
+    ):
+        rows = lm_eval_on_prompts(task, model, prompts, length, threads, out / folder)
+        tokens = mean([r["prompt_tokens"] for r in rows])
+        cells.append(f"{column}: {summary([r['score'] for r in rows])} ({tokens:.0f} tokens)")
+    return "; ".join(cells)
 
 
 def diffeval_scores(task: str, extra: list[str], model: Path, lengths: list[int], depths: list[int] | None,
@@ -235,9 +348,10 @@ def main() -> None:
           f"thread(s), greedy, {time.strftime('%Y-%m-%d %H:%M')}\n")  # fmt: skip
     print(
         "task | length | prompt tokens, lm-eval / diffeval | lm-eval | lm-eval, diffeval's stop rule | diffeval grid "
-        "| diffeval at lm-eval's depths | diffeval at lm-eval's length | lm-eval with RULER's choices put back"
+        "| diffeval at lm-eval's depths | diffeval at lm-eval's length | lm-eval with RULER's choices put back "
+        "| lm-eval on diffeval's prompts, and with the examples swapped"
     )
-    print("--- | --- | --- | --- | --- | --- | --- | --- | ---")  # fmt: skip
+    print("--- | --- | --- | --- | --- | --- | --- | --- | --- | ---")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.keep or tmp)
         for task in args.tasks.split(","):
@@ -274,6 +388,16 @@ def main() -> None:
                         rerun = diffeval_at_depths(ours_task, extra, model, their_ctx, their_depths, args.threads,
                                                    root / f"at-lm-eval-length-{task}-{length}")  # fmt: skip
                         at_their_length = f"{summary([r['score'] for r in rerun])} (ctx {their_ctx})"
+                # the example swaps where the lm-eval run closest to diffeval's prompt (cwe: its last variant,
+                # RULER's choices and diffeval's words; vt: lm-eval itself) is outside diffeval's interval on the
+                # samples paired with it (cwe: the grid; vt: at lm-eval's depths)
+                swaps = "—"
+                if task in EXAMPLE_ENDS:
+                    closest = [r for r in variants[list(variants)[-1]] if r["ctx"] == length] if not has_depth else lm
+                    paired = at_lm_depths if has_depth else ours
+                    if not interval_holds([r["score"] for r in paired], mean([r["score"] for r in closest])):
+                        swaps = example_swaps(task, ours_task, extra, model, paired, closest, args.threads,
+                                              root / f"swaps-{task}-{length}")  # fmt: skip
                 cells = []
                 for column, rows in variants.items():
                     at_length = [r for r in rows if r["ctx"] == length]
@@ -283,7 +407,7 @@ def main() -> None:
                 print(f"{task} | {length} | {lm_tokens:.0f} / {our_tokens:.0f} | "
                       f"{summary([r['score'] for r in lm])}{marks} | {summary(cut)} | "
                       f"{summary([r['score'] for r in ours])} | {at_depths} | {at_their_length} | "
-                      f"{'; '.join(cells) or '—'}", flush=True)  # fmt: skip
+                      f"{'; '.join(cells) or '—'} | {swaps}", flush=True)  # fmt: skip
             print(f"<!-- {task}: {time.perf_counter() - start:.0f} s -->", flush=True)
 
 
