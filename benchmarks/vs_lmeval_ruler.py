@@ -17,7 +17,8 @@ marks an lm-eval score outside diffeval's grid interval, a `+` one outside its i
 prints both harnesses' mean prompt length in tokens: RULER grows a haystack of needles a few needles at a time (5 below
 4K, 25 at 4K) and stops before the step that overflows, so its prompts can hold far fewer tokens than the length; where
 a marked NIAH or vt cell's lm-eval prompts are more than 5 % shorter than diffeval's, diffeval runs again at lm-eval's
-depths with its context set to lm-eval's mean prompt plus the generation budget (`at lm-eval's length`). Where lm-eval
+depths with its context set to lm-eval's mean prompt plus the generation budget (`at lm-eval's length`; cwe: at its
+last variant's length, below, where that variant is outside diffeval's grid interval). Where lm-eval
 departs from RULER's own prompt, lm-eval runs again with RULER's choice put back, through lm-eval's own loader
 (`--include_path`, a task that includes lm-eval's): `ruler_cwe` with RULER's one-shot example in front of each prompt
 (lm-eval builds the example and sizes the list to leave room for it, but its prompt is `{{input}}` alone; put back with
@@ -25,6 +26,11 @@ departs from RULER's own prompt, lm-eval runs again with RULER's choice put back
 Answer: The top 10 words...", where lm-eval's `target_delimiter` puts a blank line), then also with diffeval's word pool
 in place of wonderwords' (lm-eval's generator, seeds and sizing unchanged, only the words it draws from); `ruler_vt`
 with RULER's answer prefix ending in its space ("they are: "), which lm-eval strips (`gen_prefix: "{{gen_prefix}} "`).
+Where a vt or cwe gap remains (the lm-eval run closest to diffeval's prompt outside diffeval's interval on the samples
+paired with it: vt, lm-eval against diffeval at its depths; cwe, its last variant against diffeval's grid), lm-eval runs
+on given prompts (a custom_dataset of them, checked to the character): diffeval's own prompts, which splits what the
+harnesses do (generation, stop rule, scoring) from what their prompts hold; then diffeval's prompts with lm-eval's
+one-shot examples and lm-eval's with diffeval's, pair by pair, which splits the prompt into its example and the rest.
 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
 `tests/real_checkpoints.py` by default. Measured budget at --samples 10 --threads 2 on this 2-core CPU, per length:
@@ -381,21 +387,32 @@ def main() -> None:
                                                       root / f"at-lm-eval-depths-{task}-{length}")  # fmt: skip
                     at_depths = summary([r["score"] for r in at_lm_depths])
                     outside_depths = not interval_holds([r["score"] for r in at_lm_depths], lm_mean)
-                    # not for cwe: lm-eval sizes its list with the example it then leaves out, so diffeval's example
-                    # and common words alone would not fit lm-eval's shorter prompt
+                    # cwe's rerun is at its last variant's length (below): lm-eval sizes its list with the example it
+                    # then leaves out, so diffeval's example and common words alone would not fit lm-eval's prompt
                     if (outside_grid or outside_depths) and lm_tokens < 0.95 * our_tokens:
                         their_ctx = round(lm_tokens) + ours[0]["max_new_tokens"]
                         rerun = diffeval_at_depths(ours_task, extra, model, their_ctx, their_depths, args.threads,
                                                    root / f"at-lm-eval-length-{task}-{length}")  # fmt: skip
                         at_their_length = f"{summary([r['score'] for r in rerun])} (ctx {their_ctx})"
-                # the example swaps where the lm-eval run closest to diffeval's prompt (cwe: its last variant,
-                # RULER's choices and diffeval's words; vt: lm-eval itself) is outside diffeval's interval on the
-                # samples paired with it (cwe: the grid; vt: at lm-eval's depths)
+                # the lm-eval run closest to diffeval's prompt: cwe's last variant (RULER's choices put back and
+                # diffeval's words: its list sized for the example it then sends), lm-eval itself elsewhere
+                closest = [r for r in variants[list(variants)[-1]] if r["ctx"] == length] if not has_depth else lm
+                closest_mean, closest_tokens = (
+                    mean([r["score"] for r in closest]),
+                    mean([r["prompt_tokens"] for r in closest]),
+                )
+                outside = not interval_holds([r["score"] for r in ours], closest_mean)
+                if not has_depth and outside and closest_tokens < 0.95 * our_tokens:
+                    their_ctx = round(closest_tokens) + ours[0]["max_new_tokens"]
+                    rerun = diffeval_scores(ours_task, extra, model, [their_ctx], None, args.samples, args.threads,
+                                            root / f"at-lm-eval-length-{task}-{length}")  # fmt: skip
+                    at_their_length = f"{summary([r['score'] for r in rerun])} (ctx {their_ctx}, the last variant's)"
+                # the example swaps where the closest run is outside diffeval's interval on the samples paired with
+                # it (cwe: the grid; vt: at lm-eval's depths)
                 swaps = "—"
                 if task in EXAMPLE_ENDS:
-                    closest = [r for r in variants[list(variants)[-1]] if r["ctx"] == length] if not has_depth else lm
                     paired = at_lm_depths if has_depth else ours
-                    if not interval_holds([r["score"] for r in paired], mean([r["score"] for r in closest])):
+                    if not interval_holds([r["score"] for r in paired], closest_mean):
                         swaps = example_swaps(task, ours_task, extra, model, paired, closest, args.threads,
                                               root / f"swaps-{task}-{length}")  # fmt: skip
                 cells = []

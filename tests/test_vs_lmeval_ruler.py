@@ -1,6 +1,6 @@
 """benchmarks/vs_lmeval_ruler.py reads where lm-eval put each answer from its prompt: prompts built here in RULER's
 layouts (its templates, a needle haystack, vt's one-shot example with chains of its own) with the answer at a known
-line, and the depth it reads is that line's."""
+line, and the depth it reads is that line's. Its example swaps exchange exactly the one-shot examples."""
 
 import sys
 import uuid
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-from vs_lmeval_ruler import VT_HEAD, answer_depth  # noqa: E402
+from vs_lmeval_ruler import VT_HEAD, answer_depth, swap_examples  # noqa: E402
 
 NIAH_HEAD = ("Some special magic uuids are hidden within the following text. Make sure to memorize it. I will quiz you "
              "about the uuids afterwards.\n")  # fmt: skip
@@ -53,3 +53,20 @@ def test_vt_reads_the_first_assignment_of_the_chain_after_the_one_shot_example()
 def test_cwe_has_no_depth():
     assert answer_depth("ruler_cwe", "1. apple 2. pear", ["apple"]) is None
     assert answer_depth("ruler_cwe_with_example", "1. apple 2. pear", ["apple"]) is None
+
+
+def test_swapping_examples_exchanges_what_precedes_the_last_instruction_and_keeps_each_prompts_answer():
+    def prompt(example_names: str, value: str) -> str:
+        example = f"{VT_HEAD}VAR {example_names} = 1 {NOISE}\nQuestion: ... Answer: ... they are: {example_names}\n\n"
+        return example + f"{VT_HEAD}VAR ABCDE = {value} {NOISE}\nQuestion: ... value {value}."
+
+    ours = [(prompt("QPW", "111") + " Answer: ours", " Answer: ours", ["ABCDE"])]
+    theirs = [(prompt("ZTR ZTR", "222") + " Answer: theirs", "Answer: theirs", ["FGHIJ"])]
+    ((ours_with_theirs, our_prefix, our_expected),), ((theirs_with_ours, their_prefix, their_expected),) = (
+        swap_examples(VT_HEAD, ours, theirs)
+    )
+    assert ours_with_theirs.startswith(f"{VT_HEAD}VAR ZTR ZTR = 1") and "value 111. Answer: ours" in ours_with_theirs
+    assert theirs_with_ours.startswith(f"{VT_HEAD}VAR QPW = 1") and "value 222. Answer: theirs" in theirs_with_ours
+    assert ours_with_theirs.count(VT_HEAD) == theirs_with_ours.count(VT_HEAD) == 2
+    assert (our_prefix, our_expected, their_prefix, their_expected) == (" Answer: ours", ["ABCDE"], "Answer: theirs",
+                                                                        ["FGHIJ"])  # fmt: skip
