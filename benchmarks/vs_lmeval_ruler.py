@@ -35,7 +35,7 @@ one-shot examples and lm-eval's with diffeval's, pair by pair, which splits the 
 Needs `pip install -e .[bench]` (lm-eval, wonderwords, nltk) and the model: SmolLM2-135M-Instruct from
 `tests/real_checkpoints.py` by default. Measured budget at --samples 10 --threads 2 on this 2-core CPU, per length:
 NIAH 4 to 9 minutes (lm-eval generates its full token limit), vt 5 minutes at 1K and 2K and 11 at 4K (with its lm-eval
-rerun), cwe 10 minutes at 1K (with its three lm-eval reruns).
+rerun), cwe 10 minutes at 1K (with its three lm-eval reruns), 16 where its example swaps run (961 s at one thread).
 
 Run: python benchmarks/vs_lmeval_ruler.py [--model PATH] [--lengths 1024,2048,4096] [--samples 10] [--threads 1]
      [--keep DIR]
