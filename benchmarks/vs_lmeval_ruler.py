@@ -401,20 +401,19 @@ def main() -> None:
                     mean([r["score"] for r in closest]),
                     mean([r["prompt_tokens"] for r in closest]),
                 )
-                outside = not interval_holds([r["score"] for r in ours], closest_mean)
-                if not has_depth and outside and closest_tokens < 0.95 * our_tokens:
+                # diffeval's samples paired with it (cwe: the grid; vt and NIAH: at lm-eval's depths)
+                paired = at_lm_depths if has_depth else ours
+                closest_outside = not interval_holds([r["score"] for r in paired], closest_mean)
+                if not has_depth and closest_outside and closest_tokens < 0.95 * our_tokens:
                     their_ctx = round(closest_tokens) + ours[0]["max_new_tokens"]
                     rerun = diffeval_scores(ours_task, extra, model, [their_ctx], None, args.samples, args.threads,
                                             root / f"at-lm-eval-length-{task}-{length}")  # fmt: skip
                     at_their_length = f"{summary([r['score'] for r in rerun])} (ctx {their_ctx}, the last variant's)"
-                # the example swaps where the closest run is outside diffeval's interval on the samples paired with
-                # it (cwe: the grid; vt: at lm-eval's depths)
+                # the example swaps where the closest run is outside diffeval's interval on the paired samples
                 swaps = "—"
-                if task in EXAMPLE_ENDS:
-                    paired = at_lm_depths if has_depth else ours
-                    if not interval_holds([r["score"] for r in paired], closest_mean):
-                        swaps = example_swaps(task, ours_task, extra, model, paired, closest, args.threads,
-                                              root / f"swaps-{task}-{length}")  # fmt: skip
+                if task in EXAMPLE_ENDS and closest_outside:
+                    swaps = example_swaps(task, ours_task, extra, model, paired, closest, args.threads,
+                                          root / f"swaps-{task}-{length}")  # fmt: skip
                 cells = []
                 for column, rows in variants.items():
                     at_length = [r for r in rows if r["ctx"] == length]
