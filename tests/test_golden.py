@@ -1,6 +1,7 @@
-"""Nothing changes for users: needle, attention, ICL and hallucination runs on the built-in pair reproduce, exactly, the
-golden file written before the contracts refactor (issue 32): every record's sample id, the hash of every prompt the
-engine was given, the outputs and the scores.
+"""Nothing changes for users: a run of every task on the built-in pair reproduces, exactly, the golden file: every
+record's sample id, the hash of every prompt (or sequence) the engine was given, the outputs and the scores. Needle,
+attention, ICL and hallucination were pinned before the contracts refactor (issue 32); the noise probes,
+distractor-attention, nll and outliers before the task-families refactor (issue 46).
 
 Regenerate only for a deliberate change of results: `python tests/test_golden.py --write` (it says what changed).
 """
@@ -32,8 +33,17 @@ RUNS = {
         "judge": "overlap",
         "data_dir": "package:fixtures",
     },
+    "mk-niah": {"ctx": "1k", "depths": "0,100", "samples": 1},
+    "mv-niah": {"ctx": "1k", "depths": "0,100", "samples": 1},
+    "vt": {"ctx": "1k", "depths": "0,100", "samples": 1, "chains": 2},
+    "cwe": {"ctx": "1k", "samples": 2, "common": 4, "frequencies": "6,1"},
+    "nolima": {"ctx": "1k", "depths": "0,100", "samples": 1},
+    "distractor-attention": {"ctx": "1k", "depths": "0,100", "samples": 1, "variants": "1,2"},
+    "nll": {"ctx": "512", "windows": 2, "buckets": 4},
+    "outliers": {"ctx": "256", "tokens": "512"},
 }
 TIMING = {"seconds", "judge_seconds"}  # what a machine's speed changes
+LONG = 2000  # characters of JSON past which a record's value is kept as its digest (outliers' histograms)
 
 
 def _digest(value) -> str:
@@ -69,7 +79,14 @@ def record_engine_inputs(monkeypatch) -> list[dict]:
     wrap("generate", lambda prompts, *a, **k: [list(p) for p in prompts])
     wrap("score_choices", lambda prefix, queries, choices, *a, **k: [list(prefix), queries, choices])
     wrap("attention_rows", lambda ids, rows, segment_ids, n_segments: [list(ids), list(rows), list(segment_ids)])
+    wrap("token_nll", lambda ids: list(ids))
     return calls
+
+
+def _pinned(value):
+    """A record's value as the golden file keeps it: rounded, and digested where long."""
+    value = _rounded(value)
+    return f"sha256:{_digest(value)}" if len(json.dumps(value)) > LONG else value
 
 
 def golden_runs(root: Path, monkeypatch) -> dict:
@@ -85,7 +102,7 @@ def golden_runs(root: Path, monkeypatch) -> dict:
         folder = runner.run(build_config(task, {}, flags), Console(quiet=True))
         rows = [json.loads(line) for line in folder.samples_path.read_text().splitlines()]
         records = sorted(
-            ({k: _rounded(v) for k, v in row.items() if k not in TIMING} for row in rows),
+            ({k: _pinned(v) for k, v in row.items() if k not in TIMING} for row in rows),
             key=lambda r: (r["model"], r["sample_id"]),
         )
         out[task] = {"records": records, "engine_inputs": list(calls)}
