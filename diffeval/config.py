@@ -34,6 +34,7 @@ def option(
     type: type | None = None,
     identity: bool = True,
     cli: bool = True,
+    context: bool = False,
 ) -> Any:
     """A declared option.
 
@@ -42,11 +43,29 @@ def option(
     type: the value's type when the default is None. identity=False: the option does not change what is computed
     (sample counts, placement, caches), so a run folder resumes with a different value. cli=False: YAML only; on a
     RunConfig field: only the tasks that list it in their `run_options` take it (the others refuse it).
+    context=True: the run's context lengths; declare them with `context_option`.
     """
     metadata = {"help": help, "flag": flag, "parse": parse, "type": type, "identity": identity, "cli": cli}
+    if context:  # the run's context lengths: declared through `context_option`
+        metadata["context"] = True
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+def context_option(default: list[int], *, help: str) -> Any:
+    """The run's context lengths (`--ctx`, parsed by `parse_ctx`): the one option every task declares with this, and
+    the one place the runner, the engines and a task's hooks read them from (`RunConfig.lengths`,
+    `RunContext.lengths`)."""
+    return option(default, help=help, parse=parse_ctx, context=True)
+
+
+def context_field(options_class: type) -> str:
+    """The name of the options field declared with `context_option`."""
+    for f in fields(options_class):
+        if f.metadata.get("context"):
+            return f.name
+    raise TypeError(f"{options_class.__name__} declares no context length: declare it with config.context_option")
 
 
 def value_type(f: Field) -> type:
@@ -197,6 +216,11 @@ class RunConfig:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
         self.options.validate()  # what a context length must hold is the task's: tasks/base.py ContextBudget
         return self
+
+    @property
+    def lengths(self) -> list[int]:
+        """The run's context lengths: the task options' field declared with `context_option`."""
+        return list(getattr(self.options, context_field(type(self.options))))
 
     def identity(self) -> dict[str, Any]:
         """What defines the results of a run folder."""

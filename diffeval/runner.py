@@ -36,7 +36,7 @@ from diffeval.models.spec import ModelSpec, model_path
 from diffeval.models.tokenizer import PromptTokenizer
 from diffeval.results import RUN_FILE, RunFolder
 from diffeval.tasks import TASKS
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import RunContext, Task
 
 
 def check_models(config: RunConfig) -> dict[str, dict]:
@@ -47,7 +47,7 @@ def check_models(config: RunConfig) -> dict[str, dict]:
     for spec in config.models:
         info = describe(spec, check_checkpoint(spec, config.trust_remote_code, config.chat_template), kind=spec.kind)
         check_model(info, settings, config.backend)
-        longest = max(config.options.ctx)
+        longest = max(config.lengths)
         if info.max_positions and longest > info.max_positions and not config.allow_overlength:
             raise InputError(
                 f"context {longest} exceeds {spec.name}'s max_position_embeddings {info.max_positions}: "
@@ -57,18 +57,18 @@ def check_models(config: RunConfig) -> dict[str, dict]:
     return infos
 
 
-def _prepared_chunks(task: Task, chunks: list, backend, config):
+def _prepared_chunks(task: Task, chunks: list, backend, context: RunContext):
     """Yields what `evaluate` takes for each chunk. Where the task prepares chunks (needle prompts), the next chunk's
     is built in a thread while the model works on this one (tokenizers release the GIL), hiding much of that time."""
     if task.running.prepare_batch is None:
         yield from chunks
         return
     with ThreadPoolExecutor(max_workers=1) as pool:
-        pending = pool.submit(task.running.prepare_batch, chunks[0], backend, config) if chunks else None
+        pending = pool.submit(task.running.prepare_batch, chunks[0], backend, context) if chunks else None
         for i in range(len(chunks)):
             prepared = pending.result()
             if i + 1 < len(chunks):
-                pending = pool.submit(task.running.prepare_batch, chunks[i + 1], backend, config)
+                pending = pool.submit(task.running.prepare_batch, chunks[i + 1], backend, context)
             yield prepared
 
 
@@ -78,7 +78,7 @@ def make_samples(task: Task, config: RunConfig) -> list:
     if task.running.prepare is not None:
         settings = EngineSettings.from_config(config)
         tokenizers = {spec.name: open_tokenizer(spec, settings, config.backend) for spec in config.models}
-        prepared = task.running.prepare(config, tokenizers)
+        prepared = task.running.prepare(RunContext.of(config), tokenizers)
     return task.running.make_samples(config.options, config.seed, config.limit, prepared)
 
 
@@ -139,12 +139,12 @@ def _lengths(task: Task, samples: list, todo: set[str], tokenizer, config: RunCo
     groups: dict[int | None, list] = {}
     for sample in samples:
         groups.setdefault(getattr(sample, "ctx", None), []).append(sample)
-    lengths = []
+    lengths, context = [], RunContext.of(config)
     for ctx, group in groups.items():
         sizing = task.running.sizing
-        totals = sizing(group, tokenizer, config)
+        totals = sizing(group, tokenizer, context)
         left = [s for s in group if s.sample_id in todo]
-        remaining = totals if len(left) == len(group) else sizing(left, tokenizer, config) if left else (0, 0)
+        remaining = totals if len(left) == len(group) else sizing(left, tokenizer, context) if left else (0, 0)
         lengths.append(Length(ctx, group[0], len(group), totals, remaining))
     return lengths
 
@@ -199,12 +199,12 @@ def calibrated_rates(
     backend = make_backend(spec, settings, config.backend)
     try:
         rates = {}
-        running = task.running
+        running, context = task.running, RunContext.of(config)
         for length in lengths:
             chunk = [length.first]
-            prepared = running.prepare_batch(chunk, backend, config) if running.prepare_batch is not None else chunk
+            prepared = running.prepare_batch(chunk, backend, context) if running.prepare_batch is not None else chunk
             start = time.perf_counter()
-            records = list(running.evaluate(prepared, backend, config))
+            records = list(running.evaluate(prepared, backend, context))
             seconds = time.perf_counter() - start
             rates[length.ctx] = sum(r.prompt_tokens + r.new_tokens for r in records) / max(seconds, 1e-9)
         return rates
@@ -330,7 +330,7 @@ def check(config: RunConfig) -> dict[str, dict]:
     infos = check_models(config)
     task = TASKS[config.task]
     if task.running.check_inputs is not None:
-        task.running.check_inputs(config)
+        task.running.check_inputs(RunContext.of(config))
     return infos
 
 
@@ -374,7 +374,7 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
 def chunks_of(task: Task, todo: list, config: RunConfig) -> list[list]:
     """A model's remaining samples in the chunks one backend call takes (the task's own, or --batch-size)."""
     if task.running.batches is not None:
-        return task.running.batches(todo, config)
+        return task.running.batches(todo, RunContext.of(config))
     return [todo[i : i + config.batch_size] for i in range(0, len(todo), config.batch_size)]
 
 
@@ -431,15 +431,16 @@ def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folde
             chunks = {name: chunks_of(task, items, config) for name, items in todo.items()}
             evaluate_on_ray(task, config, chunks, writer, report, loaded)
             return
-        settings = EngineSettings.from_config(config)
+        settings, context = EngineSettings.from_config(config), RunContext.of(config)
         for spec in config.models:
             if not todo[spec.name]:
                 continue
             backend = make_backend(spec, settings, config.backend)
             try:
                 loaded(spec.name, backend.info.to_dict())
-                for prepared in _prepared_chunks(task, chunks_of(task, todo[spec.name], config), backend, config):
-                    for record in task.running.evaluate(prepared, backend, config):
+                chunks = chunks_of(task, todo[spec.name], config)
+                for prepared in _prepared_chunks(task, chunks, backend, context):
+                    for record in task.running.evaluate(prepared, backend, context):
                         row = record.to_dict()
                         writer.append(row)
                         report(spec.name, row)
@@ -460,6 +461,6 @@ def _judge_all(task: Task, config: RunConfig, samples: list, done: set, folder: 
     progress = _progress(console)
     bar = progress.add_task("judge", total=len(pending), rate="")
     with folder.open_for_append() as writer, progress:
-        for record in task.running.judge(pending, config):
+        for record in task.running.judge(pending, RunContext.of(config)):
             writer.append(record.to_dict())
             progress.update(bar, advance=1)

@@ -26,7 +26,7 @@ from diffeval.errors import InputError, RunFailure
 from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.results import RecordWriter
 from diffeval.tasks import TASKS
-from diffeval.tasks.base import Task
+from diffeval.tasks.base import RunContext, Task
 
 NAMESPACE = "diffeval"
 
@@ -38,13 +38,13 @@ class EvalWorker:
         import torch
 
         torch.set_num_threads(max(1, int(config.cpus_per_worker)))
-        self.task, self.config = TASKS[task], config
+        self.task, self.context = TASKS[task], RunContext.of(config)
         self.backend = make_backend(spec, EngineSettings.from_config(config), config.backend)
 
     def evaluate(self, chunk: list) -> list[dict]:
         running = self.task.running
-        prepared = running.prepare_batch(chunk, self.backend, self.config) if running.prepare_batch else chunk
-        return [record.to_dict() for record in running.evaluate(prepared, self.backend, self.config)]
+        prepared = running.prepare_batch(chunk, self.backend, self.context) if running.prepare_batch else chunk
+        return [record.to_dict() for record in running.evaluate(prepared, self.backend, self.context)]
 
     def info(self) -> dict:
         return self.backend.info.to_dict()

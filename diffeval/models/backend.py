@@ -75,7 +75,7 @@ class EngineSettings:
             dtype=config.dtype,
             attn_impl=config.attn_impl,
             trust_remote_code=config.trust_remote_code,
-            max_model_len=max(config.options.ctx),
+            max_model_len=max(config.lengths),
             allow_overlength=config.allow_overlength,
             batch_size=config.batch_size,
             options=config.engine,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from diffeval.config import option, parse_ctx
+from diffeval.config import context_option, option
 from diffeval.errors import InputError
 
 
@@ -14,7 +14,7 @@ from diffeval.errors import InputError
 class LmEvalOptions:
     """What every task run through lm-eval takes."""
 
-    ctx: list[int] = option([2048], help="lm-eval's max_length [default: 2048]", parse=parse_ctx)
+    ctx: list[int] = context_option([2048], help="lm-eval's max_length [default: 2048]")
     include_path: str | None = option(None, help="folder of extra lm-eval task YAMLs (e.g. local data files)")
     lm_batch_size: int = option(8, help="lm-eval batch size [default: 8]")
 

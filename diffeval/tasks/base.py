@@ -12,13 +12,48 @@ from __future__ import annotations
 import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
-from diffeval.config import RunConfig, assemble, field_default, flag_name
+from diffeval.config import RunConfig, assemble, context_field, field_default, flag_name
 from diffeval.errors import InputError
 from diffeval.models.backend import check_backend, default_batch_size, engine_options
-from diffeval.models.spec import parse_models
+from diffeval.models.spec import ModelSpec, parse_models
+from diffeval.records import Record
 from diffeval.tasks.blocks import Document, Listing
+
+OptionsT = TypeVar("OptionsT")
+
+
+@dataclass(frozen=True)
+class RunContext(Generic[OptionsT]):
+    """What a task's hooks see of a run: the task's own options and the few run settings a task reads, never the
+    whole `RunConfig` (its engine, folder, Ray and dry-run settings are the runner's)."""
+
+    task: str
+    options: OptionsT  # the task's options dataclass
+    lengths: list[int]  # the run's context lengths: the options' field declared with `config.context_option`
+    seed: int  # seed of the sample content
+    limit: int | None  # cap on samples per cell (--limit)
+    chat_template: bool  # render prompts with each model's chat template
+    max_new_tokens: int | None  # the answer budget (--max-new-tokens); None: the task's own default
+    models: list[ModelSpec]  # the run's models, for a task that checks their configs before any work
+    trust_remote_code: bool  # whether a checkpoint's own code may run (reading a model's config included)
+    device: str  # where a task's own models run (a local judge)
+
+    @classmethod
+    def of(cls, config: RunConfig) -> RunContext:
+        return cls(
+            task=config.task,
+            options=config.options,
+            lengths=config.lengths,
+            seed=config.seed,
+            limit=config.limit,
+            chat_template=config.chat_template,
+            max_new_tokens=config.max_new_tokens,
+            models=list(config.models),
+            trust_remote_code=config.trust_remote_code,
+            device=config.device,
+        )
 
 
 @dataclass(frozen=True)
@@ -40,29 +75,30 @@ class ContextBudget:
 @dataclass(frozen=True)
 class Running:
     """What a task runs, in the order the runner calls it: check the budget and inputs, prepare, make samples, chunk
-    them, prepare each chunk, evaluate it, and judge."""
+    them, prepare each chunk, evaluate it, and judge. Every hook but `make_samples` receives the run's `RunContext`
+    (`context` below), never the whole RunConfig."""
 
     make_samples: Callable[..., list]  # (options, seed, limit, prepared) → samples, each with a unique .sample_id
-    evaluate: Callable[..., Iterable]  # (batch, backend, config) → Records, yielded as each sample finishes
+    evaluate: Callable[..., Iterable[Record]]  # (batch, backend, context) → Records, yielded as each sample finishes
     needs: frozenset[str] = frozenset({"generate"})  # backend capabilities (models/backend.py CAPABILITIES)
-    # (config) → the `ContextBudget` its options need, checked when the config is built; None: the task fits any
+    # (context) → the `ContextBudget` its options need, checked when the config is built; None: the task fits any
     # length itself (a sample over its budget is recorded as such, or the length is a sequence, not a prompt)
-    budget: Callable[[RunConfig], ContextBudget] | None = None
-    check_inputs: Callable[[RunConfig], None] | None = None  # fail before any work on unreadable data
-    prepare: Callable[..., Any] | None = None  # (config, {model: Tokenizer}) → handed to make_samples as `prepared`
-    batches: Callable[..., list] | None = None  # (todo, config) → chunks; default: --batch-size samples per chunk
-    # (chunk, backend, config) → what evaluate receives instead of the chunk; the runner builds the next chunk's
+    budget: Callable[[RunContext], ContextBudget] | None = None
+    check_inputs: Callable[[RunContext], None] | None = None  # fail before any work on unreadable data
+    prepare: Callable[..., Any] | None = None  # (context, {model: Tokenizer}) → handed to make_samples as `prepared`
+    batches: Callable[..., list] | None = None  # (todo, context) → chunks; default: --batch-size samples per chunk
+    # (chunk, backend, context) → what evaluate receives instead of the chunk; the runner builds the next chunk's
     # in a thread while the model works on this one
     prepare_batch: Callable[..., Any] | None = None
-    # (samples, prompt tokenizer, config) → (prompt tokens, generated tokens at most), from the tokenizer alone, for
+    # (samples, prompt tokenizer, context) → (prompt tokens, generated tokens at most), from the tokenizer alone, for
     # --dry-run, which also divides them by a rate for its time estimate; within 1 % is enough, and it should stay
     # cheap on long runs (needle fits one prompt per length, not every one). None where the task cannot know (lm-eval
     # builds its own prompts)
     sizing: Callable[..., tuple[int, int]] | None = None
-    # (generation rows, config) → Records: a second stage, run once every model has generated and its engine is
+    # (generation rows, context) → Records: a second stage, run once every model has generated and its engine is
     # freed, so a local judge has the device to itself. With it, `evaluate`'s records are generations: they wait in
     # generations.jsonl, and only judged records reach samples.jsonl.
-    judge: Callable[..., Iterable] | None = None
+    judge: Callable[..., Iterable[Record]] | None = None
 
 
 @dataclass(frozen=True)
@@ -99,9 +135,9 @@ class Reporting:
 class Viewing:
     """How `diffeval view` shows one sample of the task."""
 
-    # (config, {model: record} of one sample, tokenizer_for(model), full_text) → a `blocks.Document`: what `diffeval
+    # (context, {model: record} of one sample, tokenizer_for(model), full_text) → a `blocks.Document`: what `diffeval
     # view` shows of the sample below its records (a needle prompt's text, an ICL order's labels, a hallucination
-    # document), from the records and what the run's config rebuilds (samples are pure and seeded). full_text: True
+    # document), from the records and what the run's context rebuilds (samples are pure and seeded). full_text: True
     # whole texts, False elided, None whole when short. None: the viewer shows the records' fields alone.
     sample_view: Callable[..., Document] | None = None
     # the record columns the viewer's sample list and comparison show (answer, expected, outcome)
@@ -171,6 +207,8 @@ def registry(*tasks: Task) -> dict[str, Task]:
     names = [t.name for t in tasks]
     if len(set(names)) != len(names):
         raise ValueError(f"task names repeat: {names}")
+    for task in tasks:
+        context_field(task.options)  # every task declares its context lengths
     return {t.name: t for t in tasks}
 
 
@@ -196,7 +234,7 @@ def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], fl
     config = assemble(name, task.options, parse_models(values.pop("models", None)), values, engine_options())
     check_run_options(tasks, task, config)
     if task.running.budget is not None:
-        task.running.budget(config).check()
+        task.running.budget(RunContext.of(config)).check()
     check_backend(name, task.running.needs, config.backend)
     if config.batch_size is None:
         config = replace(config, batch_size=default_batch_size(config.backend))

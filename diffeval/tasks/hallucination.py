@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diffeval.config import option, parse_ctx, parse_str_list
+from diffeval.config import context_option, option, parse_str_list
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.judges import JudgeItem, make_judge
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions
 class HallucinationOptions:
     """Contextual hallucination on summarization and QA (paper Table 4)."""
 
-    ctx: list[int] = option([4096], help="the prompt budget, e.g. 4k (one length)", parse=parse_ctx)
+    ctx: list[int] = context_option([4096], help="the prompt budget, e.g. 4k (one length)")
     datasets: list[str] = option(
         ["xsum"], help="xsum, cnndm, multi_news, qasper, hotpotqa, 2wikimqa", flag="--dataset", parse=parse_str_list
     )

@@ -27,7 +27,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diffeval.config import option, parse_ctx, parse_str_list
+from diffeval.config import context_option, option, parse_str_list
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Tokenizer
@@ -58,7 +58,7 @@ def parse_shots(text: str | int | list) -> list:
 class IclOptions:
     """Many-shot ICL with order robustness (paper Figures 6 and 7; Bertsch et al. 2024)."""
 
-    ctx: list[int] = option([4096], help="the prompt budget, e.g. 64k (one length)", parse=parse_ctx)
+    ctx: list[int] = context_option([4096], help="the prompt budget, e.g. 64k (one length)")
     datasets: list[str] = option(
         ["trec"], help="trec, trec-fine, banking77, clinic150; comma list", flag="--dataset", parse=parse_str_list
     )

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diffeval.config import int_list, option, parse_ctx
+from diffeval.config import context_option, int_list, option, parse_ctx
 from diffeval.data.cities import CITIES
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions
 class NeedleOptions:
     """The multi-needle task: N needles per sample, R of them queried, at every ctx × depth × (N, R)."""
 
-    ctx: list[int] = option([4096], help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)", parse=parse_ctx)
+    ctx: list[int] = context_option([4096], help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)")
     needles: list[int] = option(
         [1], help="N, needles per sample; a comma list runs several N/R settings", parse=int_list("--needles")
     )

@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diffeval.config import option, parse_ctx
+from diffeval.config import context_option, option, parse_ctx
 from diffeval.data import books
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Tokenizer
@@ -53,7 +53,7 @@ PAPER_NOTE = (
 class NLLOptions:
     """NLL by position: each document (or each of its --windows) scored in one pass of --ctx tokens."""
 
-    ctx: list[int] = option([4096], help="tokens per pass (one length), e.g. 64k", parse=parse_ctx)
+    ctx: list[int] = context_option([4096], help="tokens per pass (one length), e.g. 64k")
     docs: int | None = option(None, type=int, help="documents to score [default: all]")
     windows: int = option(1, help="disjoint windows of --ctx tokens per document")
     data: str = option("books", help="books (the --data-dir folder, else the shipped book) | hf:DATASET[:SPLIT]")

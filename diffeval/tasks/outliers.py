@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diffeval.config import option, parse_ctx
+from diffeval.config import context_option, option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
@@ -37,7 +37,7 @@ RANKS = (1, 2, 3, 10, 100)
 class OutliersOptions:
     """Activation outliers (paper Table 5): sequences of `ctx` tokens (the training length) covering `tokens`."""
 
-    ctx: list[int] = option([4096], help="sequence length (the model's training length), e.g. 4k", parse=parse_ctx)
+    ctx: list[int] = context_option([4096], help="sequence length (the model's training length), e.g. 4k")
     tokens: int = option(
         409_600, help="token budget, e.g. 400k (k = 1024) [default: 400k]", parse=lambda v: parse_ctx(v)[0]
     )

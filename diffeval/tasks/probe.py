@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from diffeval.config import int_list, option, parse_ctx
+from diffeval.config import context_option, int_list, option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.longctx import fitting, scoring
@@ -57,7 +57,7 @@ def parse_base_lengths(text):
 class ProbeOptions:
     """What every probe takes: lengths, samples per cell, the base lengths of the effective length."""
 
-    ctx: list[int] = option([4096], help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)", parse=parse_ctx)
+    ctx: list[int] = context_option([4096], help="context lengths: 4k, 64K, 65536 or a comma list (k = 1024)")
     samples: int = option(50, help="samples per length × depth × setting cell", identity=False)
     base_lengths: list[int] = option(
         [],

@@ -33,6 +33,7 @@ from diffeval.report.gates import dropped_note
 from diffeval.report.tables import LoadedRun, load_records, paired_table, sample_pairs, title
 from diffeval.results import RunFolder
 from diffeval.tasks import build_config
+from diffeval.tasks.base import RunContext
 from diffeval.tasks.blocks import number
 
 BRIEF_CHARS = 160  # an output or reference in the sample list; the sample view shows it whole
@@ -201,7 +202,8 @@ def sample_detail(view: RunView, sample: str, full_text: bool | None = None) -> 
         else:
             with view._lock:  # tokenizers and the haystack streams they cache are not shared between threads
                 try:
-                    document = task.viewing.sample_view(view.config, records, view.tokenizer_for, full_text)
+                    context = RunContext.of(view.config)
+                    document = task.viewing.sample_view(context, records, view.tokenizer_for, full_text)
                     detail["view"] = plain(document.to_json())
                 except InputError as exc:
                     detail["view_error"] = str(exc)

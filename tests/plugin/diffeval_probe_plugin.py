@@ -14,20 +14,20 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from diffeval.config import option, parse_ctx
+from diffeval.config import context_option, option
 from diffeval.errors import InputError
 from diffeval.models.backend import Engine, EngineSettings, Generation
 from diffeval.models.hf import HFBackend
 from diffeval.models.hf_options import HFOptions
 from diffeval.models.spec import ModelSpec
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import ContextBudget, Listing, Reporting, Running, Task, Viewing
+from diffeval.tasks.base import ContextBudget, Listing, Reporting, RunContext, Running, Task, Viewing
 from diffeval.tasks.blocks import Bar, Bars, Document, Field, Fields, Mark, Output, Outputs, Text
 
 
 @dataclass(frozen=True)
 class EchoOptions:
-    ctx: list[int] = option([256], help="context length", parse=parse_ctx)
+    ctx: list[int] = context_option([256], help="context length")
     count: int = option(3, help="samples", identity=False)
     prefix: str = option("Number", help="the text each sample starts with")
 
@@ -52,12 +52,12 @@ NEW_TOKENS = 4  # each sample's answer
 LEAST_PROMPT = 16  # the prefix and its number, with room to spare
 
 
-def budget(config):
+def budget(context: RunContext[EchoOptions]) -> ContextBudget:
     """Each --ctx length holds the prompt and the answer: a plugin declares its budget as a built-in task does."""
-    return ContextBudget(config.options.ctx, NEW_TOKENS, LEAST_PROMPT)
+    return ContextBudget(context.lengths, NEW_TOKENS, LEAST_PROMPT)
 
 
-def evaluate(batch, backend, config):
+def evaluate(batch, backend, context: RunContext[EchoOptions]):
     prompts = [backend.encode(s.text).ids for s in batch]
     outputs = backend.generate(prompts, NEW_TOKENS, [])
     return [
@@ -79,11 +79,11 @@ def evaluate(batch, backend, config):
     ]
 
 
-def sample_view(config, records, tokenizer_for, full_text):
+def sample_view(context: RunContext[EchoOptions], records, tokenizer_for, full_text):
     """The prompt rebuilt from the run's --prefix, its prefix marked; each model's output with its outcome; each
     model's generated tokens as bars."""
     first = next(iter(records.values()))
-    prefix = config.options.prefix
+    prefix = context.options.prefix
     prompt = Text([Mark([prefix], kind="prefix", note="the run's --prefix"), f" {first['index']}:"], title="Prompt")
     outputs = Outputs(
         [
