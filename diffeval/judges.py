@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diffeval.errors import InputError
+from diffeval.models.backend import Backend
 
 JUDGE_PROMPT = """You check a model's {kind} against its source document for contextual hallucination.
 The {kind} is hallucination-free when everything it states is supported by the document; it is not when any claim \
@@ -147,11 +148,8 @@ class Judge:
         prompts = [item.prompt() for item in items]
         verdicts = [self.cache.get(self.id, prompt) for prompt in prompts]
         todo = [i for i, verdict in enumerate(verdicts) if verdict is None]
-        if todo:
-            fresh = self._judge_many([items[i] for i in todo], [prompts[i] for i in todo])
-            for i, verdict in zip(todo, fresh):
-                verdicts[i] = verdict
-        return verdicts
+        fresh = dict(zip(todo, self._judge_many([items[i] for i in todo], [prompts[i] for i in todo]))) if todo else {}
+        return [verdict if verdict is not None else fresh[i] for i, verdict in enumerate(verdicts)]
 
     def _judge_many(self, items: list[JudgeItem], prompts: list[str]) -> list[Verdict]:
         """Verdicts of uncached items, each cached as it comes (a judge failing later keeps the earlier ones); an
@@ -261,7 +259,7 @@ class HFJudge(Judge):
         # a judge's weights are checked like the evaluated models': transformers would randomise a missing tensor
         self.max_tokens = describe(self.spec, check_checkpoint(self.spec)).max_positions or 4096
         self.settings = EngineSettings(device=device, max_model_len=self.max_tokens)
-        self.backend = None
+        self.backend: Backend | None = None  # loaded at the first verdict
 
     def _judge_many(self, items: list[JudgeItem], prompts: list[str]) -> list[Verdict]:
         """Every item in one `score_choices` call (no shared prefix): vLLM schedules them together."""

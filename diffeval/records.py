@@ -50,7 +50,10 @@ class Record:
     def from_dict(cls, row: dict[str, Any]) -> Record:
         """The record a row of `to_dict` came from."""
         shared = ("task", "model", "sample_id", "prompt_tokens", "new_tokens", "seconds")
-        return cls(*(row[key] for key in shared), {k: v for k, v in row.items() if k not in shared})
+        own = {k: v for k, v in row.items() if k not in shared}
+        return cls(
+            row["task"], row["model"], row["sample_id"], row["prompt_tokens"], row["new_tokens"], row["seconds"], own
+        )
 
 
 @dataclass(frozen=True)

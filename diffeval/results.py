@@ -95,7 +95,7 @@ class RunFolder:
             for child in self.path.iterdir():
                 if child.name != LOCK_FILE:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
-        run = existing if existing is not None else {"created": _now()}
+        run: dict[str, Any] = existing if existing is not None else {"created": _now()}
         machine = metadata.get("machine")
         timed = self.samples_path.is_file() or self.generations_path.is_file()
         if existing is not None and timed and machine is not None and existing.get("machine") != machine:

@@ -20,6 +20,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from contextlib import contextmanager
+from typing import Any
 
 from diffeval.config import EngineOptions, RunConfig
 from diffeval.errors import InputError, RunFailure
@@ -146,7 +147,8 @@ def evaluate_on_ray(
         except RayActorError as exc:
             raise RunFailure(f"Ray workers for model {spec.name} failed to start: {_first_line(exc)}") from None
         record_model(spec.name, infos[0])
-        queue, idle, in_flight = deque(range(len(chunks))), list(workers), {}
+        queue, idle = deque(range(len(chunks))), list(workers)
+        in_flight: dict[Any, tuple[int, Any]] = {}  # a chunk's Ray result → (its index, the worker evaluating it)
         finished: dict[int, list[dict]] = {}
         next_to_write = 0
         while queue or in_flight:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import re
 import uuid
+from collections.abc import Iterator
 from functools import lru_cache
 
 from diffeval.errors import InputError
@@ -60,7 +61,7 @@ def random_value(kind: str, rng: random.Random) -> str:
 WORD_KEYS = len(ADJECTIVES) * len(NOUNS)  # distinct "adjective-noun" keys: a haystack of word-key needles ends there
 
 
-def key_value_pairs(key_type: str, value_type: str, seed: int):
+def key_value_pairs(key_type: str, value_type: str, seed: int) -> Iterator[tuple[str, str]]:
     """A seeded stream of (key, value) pairs with distinct keys and distinct values: a sample takes its needles from
     the first `RESERVED_PAIRS`, a haystack of needles (`needle_sentences`) the rest, so no distractor shares a key or
     a value with a needle. Word keys run out after WORD_KEYS pairs (a refusal: about 160K tokens of needles)."""

@@ -64,7 +64,7 @@ class Haystack:
             spans[i] = add(inserts[i][1])
         if n_words > cursor:
             add(" ".join(self.words[cursor:n_words]))
-        return "".join(parts), spans, (0, length)
+        return "".join(parts), [span for span in spans if span is not None], (0, length)
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,8 @@ class CharToToken:
     """Character span → token span [start, end) through a fast tokenizer's offset mapping."""
 
     def __init__(self, offsets: list[tuple[int, int]]):
-        self.starts, self.ends = [], []
+        self.starts: list[int] = []
+        self.ends: list[int] = []
         for start, end in offsets:  # special tokens carry (0, 0): keep both lists sorted
             self.starts.append(max(start, self.starts[-1] if self.starts else 0))
             self.ends.append(max(end, self.ends[-1] if self.ends else 0))

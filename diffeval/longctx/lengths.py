@@ -5,7 +5,7 @@ curves. Records carry `model`, `ctx`, `score` and, for position curves, `depth` 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import numpy as np
@@ -61,7 +61,7 @@ def effective_lengths(frame: pd.DataFrame, base_lengths: list[int]) -> pd.DataFr
             base = [b for b in base_lengths if b in by_length]
         else:
             base = [b for b in by_length if b <= BASE_MAX_LENGTH]
-        row = {"base lengths": ", ".join(map(format_ctx, base)) or "none run"}
+        row: dict[str, Any] = {"base lengths": ", ".join(map(format_ctx, base)) or "none run"}
         if not base:
             wanted = ", ".join(map(format_ctx, base_lengths)) or f"up to {format_ctx(BASE_MAX_LENGTH)}"
             rows[model] = {**row, "effective length": f"undefined: no records at the base lengths ({wanted})"}

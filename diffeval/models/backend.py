@@ -2,9 +2,10 @@
 builds one. Tasks never know which engine runs; an engine never knows which task calls it.
 
 Adding an engine: one module with a class that implements `Backend` (plus classmethods `load(spec, settings)`,
-`tokenizer(spec, settings)` and `check_model(info, settings)`), and one `register_backend` line below. An engine with
-options of its own declares them in a `config.EngineOptions` subclass named in that line (in a module that imports no
-heavy library: the CLI reads it to build `--help`); the engine reads them with `settings.engine_options(ItsOptions)`.
+`open_tokenizer(spec, settings)` and `check_model(info, settings)`), and one `register_backend` line below. An engine
+with options of its own declares them in a `config.EngineOptions` subclass named in that line (in a module that
+imports no heavy library: the CLI reads it to build `--help`); the engine reads them with
+`settings.engine_options(ItsOptions)`.
 Engines from other packages register through the `diffeval.backends` entry-point group: each entry point names an
 `Engine` record.
 """
@@ -95,6 +96,12 @@ class EngineSettings:
         options set them (hf's --threads), else the cores the load leaves free at the run's start (one value per
         process)."""
         return (self.options.torch_threads() if self.options is not None else None) or start_threads()
+
+
+class Encoder(Protocol):
+    """What encodes text: a model's `Tokenizer`, or a loaded `Backend`."""
+
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding: ...
 
 
 class Tokenizer(Protocol):
@@ -258,4 +265,4 @@ def default_batch_size(backend: str) -> int:
 def open_tokenizer(spec: ModelSpec, settings: EngineSettings, backend: str = "hf") -> Tokenizer:
     """The model's tokenizer alone, without loading its weights."""
     check_backend("(any)", frozenset(), backend)
-    return _engine_class(backend).tokenizer(spec, settings)
+    return _engine_class(backend).open_tokenizer(spec, settings)

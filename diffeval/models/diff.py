@@ -40,6 +40,7 @@ Which configs are which variant, and which function here each variant's engines 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -101,14 +102,14 @@ def poly_norm(u: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: fl
 
 
 @torch.no_grad()
-def learned_lambda(attention: torch.nn.Module) -> float:
+def learned_lambda(attention: Any) -> float:  # a DiffLlama attention module: its λ parameters are attributes
     """Eq. 2 for one DiffLlama attention module: its current, learned λ."""
     lambda_1 = torch.exp(torch.sum(attention.lambda_q1.float() * attention.lambda_k1.float()))
     lambda_2 = torch.exp(torch.sum(attention.lambda_q2.float() * attention.lambda_k2.float()))
     return float(lambda_1 - lambda_2 + attention.lambda_init)
 
 
-def layer_lambdas(model: torch.nn.Module) -> list[dict[str, float]]:
+def layer_lambdas(model: Any) -> list[dict[str, float]]:  # a transformers DiffLlama model
     """λ_init and learned λ of every layer of a DiffLlama model."""
     layers = model.get_decoder().layers
     return [
@@ -158,10 +159,10 @@ def differential_heads(
     map2: torch.Tensor,
     lam: torch.Tensor,
     lam_init: float,
-    eps: float,
+    eps: float | None,  # the norm's eps; None: torch's default (a norm module's unset eps)
     norm: bool = True,
     norm_weight: torch.Tensor | None = None,
-):
+) -> torch.Tensor:
     """Eq. 1 and Eq. 4 on attention outputs: (1 − λ_init) · RMSNorm(A1·V − λ · A2·V).
 
     `map1` and `map2` are (..., H/2, 2·head_dim): differential head i's two softmax maps applied to its double-width
@@ -227,7 +228,7 @@ def split_differential_v2(head_shares: torch.Tensor, row_lambdas: torch.Tensor) 
     return {"A1": map1, "A2": map2, "diff": map1 - lam * map2}
 
 
-def v2_layer_lambdas(model: torch.nn.Module, input_ids: torch.Tensor) -> list[dict[str, float]]:
+def v2_layer_lambdas(model: Any, input_ids: torch.Tensor) -> list[dict[str, float]]:  # a transformers V2 model
     """V2's λ = sigmoid(W_λ · x) per layer over a probe text: mean, standard deviation, min and max over its tokens
     and heads. x is what each layer's attention receives, caught by a forward pre-hook during one forward pass."""
     layers = model.get_decoder().layers

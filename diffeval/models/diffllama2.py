@@ -44,11 +44,16 @@ class DiffLlama2Config(LlamaConfig):
 
     model_type = MODEL_TYPE
     # no tensor-parallel plan: Llama's would split q_proj's query heads over ranks but not lambda_proj's λ heads
-    base_model_tp_plan = None
+    base_model_tp_plan = None  # type: ignore[assignment]  # transformers reads None as "no plan"
+
+    @property
+    def kv_heads(self) -> int:
+        """h_kv: LlamaConfig fills an unset num_key_value_heads in with num_attention_heads."""
+        return self.num_key_value_heads or self.num_attention_heads
 
     def validate_architecture(self):
         super().validate_architecture()
-        if (2 * self.num_attention_heads) % self.num_key_value_heads:
+        if (2 * self.num_attention_heads) % self.kv_heads:
             raise ValueError(
                 f"the 2 × {self.num_attention_heads} query heads of a DIFF V2 layer do not split evenly over "
                 f"{self.num_key_value_heads} key/value heads"
@@ -63,14 +68,14 @@ class DiffLlama2Attention(LlamaAttention):
         self.num_heads = config.num_attention_heads  # h differential (output) heads
         self.num_query_heads = 2 * self.num_heads
         # the attention interface (eager's repeat_kv, sdpa's GQA) reads the query heads per KV head from here
-        self.num_key_value_groups = self.num_query_heads // config.num_key_value_heads
+        self.num_key_value_groups = self.num_query_heads // config.kv_heads
         self.q_proj = nn.Linear(config.hidden_size, self.num_query_heads * self.head_dim, bias=config.attention_bias)
         self.lambda_proj = nn.Linear(config.hidden_size, self.num_heads, bias=False)
 
     def forward(
         self,
         hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None = None,
         cache=None,
         past_key_values=None,

@@ -65,7 +65,7 @@ class HFBackend:
         return cls(load_model(spec, settings.device, settings.dtype, settings.attn_impl, settings.trust_remote_code))
 
     @classmethod
-    def tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
+    def open_tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
         return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
 
     def torch_module(self) -> LoadedModel:
@@ -91,12 +91,11 @@ class HFBackend:
         return self._encoder.document_start()
 
     def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
-        results: list[Generation | None] = [None] * len(prompts)
+        results: dict[int, Generation] = {}
         for group in forward_groups([len(p) for p in prompts], self.MAX_BATCH_TOKENS):
             outputs = self._generate_together([prompts[i] for i in group], max_new_tokens, stop)
-            for i, output in zip(group, outputs):
-                results[i] = output
-        return results
+            results.update(zip(group, outputs))
+        return [results[i] for i in range(len(prompts))]
 
     @torch.inference_mode()
     def _generate_together(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:

@@ -152,8 +152,10 @@ def load_config(spec: ModelSpec, trust_remote_code: bool = False):
     register_variants()
     _refuse_older_axolotl(spec)
     path, extra = source(spec)
-    if extra:
-        gguf.describe(gguf.find(spec.path, spec.name), spec.name)  # the header first: a truncated file is named so
+    if extra:  # `source` gave GGUF loading arguments: the spec names a GGUF file
+        found = gguf.find(spec.path, spec.name)
+        assert found is not None
+        gguf.describe(found, spec.name)  # the header first: a truncated file is named so
     try:
         with _quiet_transformers():
             config = _from_pretrained(AutoConfig, path, trust_remote_code, **extra)
@@ -545,7 +547,7 @@ def load_model(
     variant = variants.variant_of(config)
     if variant is not None and variant.after_load:
         variant.code(variant.after_load)(model, config)
-    model.to(device).eval()
+    model.to(device).eval()  # type: ignore[arg-type]  # transformers' wrapper of `to` hides torch's signature
     if tokenizer.pad_token_id is None:
         # batched generation pads on the left; any id works because padded positions are masked out
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.convert_ids_to_tokens(0)

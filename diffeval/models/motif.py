@@ -56,7 +56,8 @@ class MotifConfig(LlamaConfig):
     """Llama's keys plus `attn_rms_norm_eps` (subln's eps) and `hidden_act: poly_norm`."""
 
     model_type = MODEL_TYPE
-    base_model_tp_plan = None  # a differential head's two maps are adjacent heads: a column split would part them
+    # a differential head's two maps are adjacent heads: a column split would part them (None: no plan)
+    base_model_tp_plan = None  # type: ignore[assignment]
 
     hidden_act: str = "poly_norm"
     attn_rms_norm_eps: float = 1e-5  # subln's eps when a config leaves it out (mlx-motif's default)
@@ -141,7 +142,7 @@ class MotifAttention(LlamaAttention):
     def forward(
         self,
         hidden_states: torch.Tensor,
-        position_embeddings: tuple[torch.Tensor, torch.Tensor] | None = None,
+        position_embeddings: tuple[torch.Tensor, torch.Tensor],
         attention_mask: torch.Tensor | None = None,
         cache=None,
         past_key_values=None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffeval.errors import InputError
-from diffeval.models.backend import Encoding, Tokenizer
+from diffeval.models.backend import Encoder, Encoding, Tokenizer
 
 DECODE_CONTEXT_TOKENS = 8  # prompt tokens a continuation is decoded behind
 
@@ -100,7 +100,7 @@ def tokens_through_stop(
 class PromptTokenizer:
     """A model's tokenizer standing in for its backend where prompts are only built, never run (`--dry-run`)."""
 
-    def __init__(self, tokenizer: HFTokenizer, name: str):
+    def __init__(self, tokenizer: Tokenizer, name: str):
         self.tokenizer, self.name = tokenizer, name
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
@@ -147,7 +147,7 @@ def encode_in_context(
 
 
 def encode_choices_in_context(
-    encoder: Tokenizer, context: str, queries: list[str], choices: list[str], special_tokens: bool = True
+    encoder: Encoder, context: str, queries: list[str], choices: list[str], special_tokens: bool = True
 ) -> tuple[list[int], list[list[int]], list[list[list[int]]]]:
     """(prefix, query ids, per query the ids of every choice) with `prefix + queries[i] + choices[i][j]` equal to the
     one-piece encoding of `context + queries[i] + choices[j]`: a choice is tokenized after its own query, a query

@@ -82,7 +82,7 @@ class VLLMBackend:
             )
 
     @classmethod
-    def tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
+    def open_tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
         return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
 
     @classmethod

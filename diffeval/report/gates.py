@@ -142,7 +142,7 @@ def compare(old: list[RunFolder], new: list[RunFolder], max_drop: float, alpha: 
         )
     if warn is not None:
         for task in sorted(unclustered):
-            columns = ", ".join(TASKS[task].reporting.cluster_keys)
+            columns = ", ".join(TASKS[task].reporting.cluster_keys or ())
             warn(
                 f"note: {task} records lack {columns}: compare counts every sample as "
                 "independent (McNemar/Wilcoxon), which overstates significance"

@@ -99,7 +99,7 @@ def load_records(folder: RunFolder, allow_empty: bool = False, scoring: str | No
         raise InputError(f"{folder.path} has no finished samples yet{damaged}: run the task first, then report")
     frame = pd.DataFrame.from_records(records.rows)
     rule = scoring_rule(task, scoring)
-    if rule is not None and not frame.empty:
+    if rule is not None and task.scoring.rescore is not None and not frame.empty:
         frame = task.scoring.rescore(frame, rule)
     options = task.stored_options(run["config"].get("options") or {})
     return LoadedRun(run, task, frame, records.damaged, records.duplicates, options, rule, records.first_damage)
@@ -125,7 +125,7 @@ def report_run(
     task, frame = loaded.task, loaded.frame
     reporting = task.reporting
     note, titles = reporting.note, dict(reporting.titles)
-    if loaded.scoring is not None:  # every table names the rule that scored it
+    if loaded.scoring is not None and task.scoring.rules:  # every table names the rule that scored it
         note += f". Scoring rule {loaded.scoring!r}: {task.scoring.rules[loaded.scoring]}"
         titles = {key: f"{value} [scoring: {loaded.scoring}]" for key, value in titles.items()}
     target.mkdir(parents=True, exist_ok=True)

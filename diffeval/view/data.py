@@ -57,6 +57,8 @@ class RunView:
     def tokenizer_for(self, model: str) -> PromptTokenizer:
         """The model's tokenizer, loaded once. vLLM tokenizes with the same transformers tokenizer, so every run's
         prompts are rebuilt through transformers."""
+        if self.config is None:
+            raise InputError(f"run.json cannot be read as a config: {self.config_error}")
         if model not in self._tokenizers:
             specs = {m.name: m for m in self.config.models}
             if model not in specs:
@@ -81,9 +83,9 @@ def open_run(number: int, path: str | Path) -> RunView:
     except InputError as exc:
         config, config_error = None, str(exc)
     recorded = list(frame["model"].unique()) if len(frame) else []
-    configured = [m.get("name") for m in loaded.run["config"].get("models", []) if isinstance(m, dict)]
+    configured = [m["name"] for m in loaded.run["config"].get("models", []) if isinstance(m, dict) and "name" in m]
     models = [m for m in configured if m in recorded] + [m for m in recorded if m not in configured]
-    params = [k for k in (*task.reporting.summary_keys, *(task.reporting.pair_keys or ())) if k != "model"]
+    params: list[str] = [k for k in (*task.reporting.summary_keys, *(task.reporting.pair_keys or ())) if k != "model"]
     for table in tables.values():
         cells = table.attrs.get("cells", {})
         for cell in [cells.get("common", {}), *cells.get("rows", []), *cells.get("columns", [])]:
