@@ -100,7 +100,7 @@ def tokens_through_stop(
 class PromptTokenizer:
     """A model's tokenizer standing in for its backend where prompts are only built, never run (`--dry-run`)."""
 
-    def __init__(self, tokenizer: HFTokenizer, name: str):
+    def __init__(self, tokenizer: Tokenizer, name: str):
         self.tokenizer, self.name = tokenizer, name
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
