@@ -305,6 +305,7 @@ def models_inspect(
 ) -> None:
     """Architecture summary; for DIFF models λ_init and the learned λ of every layer."""
     from diffeval.models import variants
+    from diffeval.models.lambda_probe import per_token_lambdas
     from diffeval.models.loading import check_checkpoint, load_model
 
     if device not in DEVICES or dtype not in DTYPES:
@@ -348,28 +349,14 @@ def models_inspect(
             lambdas.add_row(str(row["layer"]), f"{row['lambda_init']:.4f}", f"{row['lambda']:.4f}")
         console.print(lambdas)
     if variant is not None and variant.lambda_form == variants.PER_TOKEN:
-        _print_v2_lambdas(loaded)
-
-
-V2_PROBE_TOKENS = 256
-
-
-def _print_v2_lambdas(loaded) -> None:
-    """V2's λ is per token: its statistics per layer over a fixed probe text (diffeval's noise haystack)."""
-    from diffeval.data.haystack import NOISE_SENTENCES
-    from diffeval.models.diff import v2_layer_lambdas
-
-    sentences = list(NOISE_SENTENCES)
-    while len(loaded.tokenizer(" ".join(sentences)).input_ids) < V2_PROBE_TOKENS:  # the haystack's own repetition
-        sentences += NOISE_SENTENCES
-    ids = loaded.tokenizer(" ".join(sentences), return_tensors="pt").input_ids[:, :V2_PROBE_TOKENS]
-    rows = v2_layer_lambdas(loaded.model, ids.to(loaded.model.device))
-    table = Table(title=f"λ per layer (V2: λ = sigmoid(W_λ·x) per token and head, over a {ids.shape[1]}-token probe)")
-    for column in ("layer", "mean", "std", "min", "max"):
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(str(row["layer"]), *(f"{row[key]:.4f}" for key in ("mean", "std", "min", "max")))
-    console.print(table)
+        probe = per_token_lambdas(loaded, variant)
+        title = f"λ per layer (V2: λ = sigmoid(W_λ·x) per token and head, over a {probe.tokens}-token probe)"
+        table = Table(title=title)
+        for column in ("layer", "mean", "std", "min", "max"):
+            table.add_column(column, justify="right")
+        for row in probe.layers:
+            table.add_row(str(row["layer"]), *(f"{row[key]:.4f}" for key in ("mean", "std", "min", "max")))
+        console.print(table)
 
 
 @models_app.command("convert")
