@@ -49,7 +49,6 @@ CPU_KV_CACHE_CAP_GIB = 2.0  # on CPU the KV cache comes out of RAM: never more t
 
 class VLLMBackend:
     name = "vllm"
-    capabilities = frozenset({"generate", "score", "token_nll"})
 
     def __init__(self, llm, tokenizer: HFTokenizer, info: ModelInfo, stop_ids: list[int]):
         self.llm = llm
