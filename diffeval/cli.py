@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import sys
 from dataclasses import Field, fields
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 
 import typer
 from rich.console import Console
@@ -109,7 +109,7 @@ def _register_run_command(task: Task) -> None:
     def command(**flags) -> None:
         _run_task(task.name, flags)
 
-    command.__signature__ = inspect.Signature(
+    command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]  # what Typer reads the options from
         [
             inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation)
             for name, annotation in task_options(task).items()
@@ -123,11 +123,23 @@ for _task in TASKS.values():
     _register_run_command(_task)
 
 _RUN_FIELDS = {f.name: f for f in fields(RunConfig)}
-ModelOption, DeviceOption = ENTRY_OPTIONS["model"], _cli_option(_RUN_FIELDS["device"])
-LimitOption, OverwriteOption = _cli_option(_RUN_FIELDS["limit"]), _cli_option(_RUN_FIELDS["overwrite"])
-BreakLockOption, BackendOption = _cli_option(_RUN_FIELDS["break_lock"]), _cli_option(_RUN_FIELDS["backend"])
-RayOption, WorkersOption = _cli_option(_RUN_FIELDS["ray"]), _cli_option(_RUN_FIELDS["workers"])
-DryRunOption, TokensPerSOption = _cli_option(_RUN_FIELDS["dry_run"]), _cli_option(_RUN_FIELDS["tokens_per_s"])
+if TYPE_CHECKING:  # built at run time from RunConfig's declarations, so a type checker reads them as any value
+    ModelOption: TypeAlias = Any
+    DeviceOption: TypeAlias = Any
+    LimitOption: TypeAlias = Any
+    OverwriteOption: TypeAlias = Any
+    BreakLockOption: TypeAlias = Any
+    BackendOption: TypeAlias = Any
+    RayOption: TypeAlias = Any
+    WorkersOption: TypeAlias = Any
+    DryRunOption: TypeAlias = Any
+    TokensPerSOption: TypeAlias = Any
+else:
+    ModelOption, DeviceOption = ENTRY_OPTIONS["model"], _cli_option(_RUN_FIELDS["device"])
+    LimitOption, OverwriteOption = _cli_option(_RUN_FIELDS["limit"]), _cli_option(_RUN_FIELDS["overwrite"])
+    BreakLockOption, BackendOption = _cli_option(_RUN_FIELDS["break_lock"]), _cli_option(_RUN_FIELDS["backend"])
+    RayOption, WorkersOption = _cli_option(_RUN_FIELDS["ray"]), _cli_option(_RUN_FIELDS["workers"])
+    DryRunOption, TokensPerSOption = _cli_option(_RUN_FIELDS["dry_run"]), _cli_option(_RUN_FIELDS["tokens_per_s"])
 FailUnder = Annotated[
     list[str] | None, Opt("--fail-under", help="TASK.METRIC@MODEL=VALUE, e.g. needle.accuracy@diff=0.8; repeatable")
 ]
@@ -178,7 +190,8 @@ def run_suite(
     runs = [runner.run(config, err_console, infos) for config, infos in zip(configs, checked)]
     if dry_run:
         return
-    reports = build_report(runs, ["md", "csv", "html"], out=folder / "report", paper=paper)
+    finished = [run for run in runs if run is not None]  # every run, but for a dry run's (None)
+    reports = build_report(finished, ["md", "csv", "html"], out=folder / "report", paper=paper)
     for report in reports:
         _print_report(report)
     console.print(f"results: {folder}  (report: {folder / 'report' / 'report.html'})")
@@ -305,6 +318,7 @@ def models_inspect(
 ) -> None:
     """Architecture summary; for DIFF models λ_init and the learned λ of every layer."""
     from diffeval.models import variants
+    from diffeval.models.lambda_probe import per_token_lambdas
     from diffeval.models.loading import check_checkpoint, load_model
 
     if device not in DEVICES or dtype not in DTYPES:
@@ -322,7 +336,8 @@ def models_inspect(
     if variant:
         described = [("variant", variant.title), ("head pairing", variant.head_layout)]
         described += [("λ", variant.lambda_form), ("norm", variant.norm)]
-    if info.noise_heads:  # grouped differential attention: each group's signal heads share one noise head
+    # grouped differential attention: each group's signal heads share one noise head
+    if info.noise_heads and info.heads:
         signal = (info.heads - info.noise_heads) // info.noise_heads
         described.append(("head groups", f"{info.noise_heads} groups of {signal} signal heads and 1 noise head"))
     for label, value in (
@@ -348,28 +363,14 @@ def models_inspect(
             lambdas.add_row(str(row["layer"]), f"{row['lambda_init']:.4f}", f"{row['lambda']:.4f}")
         console.print(lambdas)
     if variant is not None and variant.lambda_form == variants.PER_TOKEN:
-        _print_v2_lambdas(loaded)
-
-
-V2_PROBE_TOKENS = 256
-
-
-def _print_v2_lambdas(loaded) -> None:
-    """V2's λ is per token: its statistics per layer over a fixed probe text (diffeval's noise haystack)."""
-    from diffeval.data.haystack import NOISE_SENTENCES
-    from diffeval.models.diff import v2_layer_lambdas
-
-    sentences = list(NOISE_SENTENCES)
-    while len(loaded.tokenizer(" ".join(sentences)).input_ids) < V2_PROBE_TOKENS:  # the haystack's own repetition
-        sentences += NOISE_SENTENCES
-    ids = loaded.tokenizer(" ".join(sentences), return_tensors="pt").input_ids[:, :V2_PROBE_TOKENS]
-    rows = v2_layer_lambdas(loaded.model, ids.to(loaded.model.device))
-    table = Table(title=f"λ per layer (V2: λ = sigmoid(W_λ·x) per token and head, over a {ids.shape[1]}-token probe)")
-    for column in ("layer", "mean", "std", "min", "max"):
-        table.add_column(column, justify="right")
-    for row in rows:
-        table.add_row(str(row["layer"]), *(f"{row[key]:.4f}" for key in ("mean", "std", "min", "max")))
-    console.print(table)
+        probe = per_token_lambdas(loaded, variant)
+        title = f"λ per layer (V2: λ = sigmoid(W_λ·x) per token and head, over a {probe.tokens}-token probe)"
+        table = Table(title=title)
+        for column in ("layer", "mean", "std", "min", "max"):
+            table.add_column(column, justify="right")
+        for row in probe.layers:
+            table.add_row(str(row["layer"]), *(f"{row[key]:.4f}" for key in ("mean", "std", "min", "max")))
+        console.print(table)
 
 
 @models_app.command("convert")

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import pair_options, run_cli
 from conftest import run_cli_in_process as run_cli_fast
-from diffeval import runner
+from diffeval import estimate
 from diffeval.machine import machine_record
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
@@ -108,7 +108,7 @@ def _recorded(folder: Path, model: str) -> tuple[int, float, int]:
 
 
 def _this_machine(threads: int = 1) -> str:
-    return runner._describe(machine_record("hf", threads))
+    return estimate._describe(machine_record("hf", threads))
 
 
 def test_time_estimate_from_an_earlier_run_folder(tiny_models, tmp_path):
@@ -259,9 +259,9 @@ def test_calibrate_times_one_sample_per_length(tiny_models, tmp_path):
     settings = EngineSettings.from_config(config)
     for spec in config.models:
         tokenizer = PromptTokenizer(open_tokenizer(spec, settings), spec.name)
-        lengths = runner._lengths(task, samples, {s.sample_id for s in samples}, tokenizer, config)
+        lengths = estimate._lengths(task, samples, {s.sample_id for s in samples}, tokenizer, config)
         assert [(length.ctx, length.samples) for length in lengths] == [(256, 3), (1024, 3)]
-        seconds, note = runner.time_estimate(config, task, spec, lengths, settings)
+        seconds, note = estimate.time_estimate(config, task, spec, lengths, settings)
         match = re.fullmatch(
             r"time estimate from --calibrate: ctx 256: ([\d,]+) tokens/s; ctx 1,024: ([\d,]+) tokens/s "
             r"\(one sample per length, timed here\)",

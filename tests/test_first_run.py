@@ -15,8 +15,8 @@ import pytest
 from huggingface_hub import constants
 
 from conftest import run_cli_in_process
-from diffeval.cli import V2_PROBE_TOKENS
 from diffeval.models import loading
+from diffeval.models.lambda_probe import PROBE_TOKENS
 from diffeval.models.tiny import build_tiny_model
 
 
@@ -149,4 +149,4 @@ def test_a_v2_config_error_keeps_its_reason(tiny_models, tmp_path):
 def test_models_inspect_probes_v2_lambda_over_256_tokens():
     result = run_cli_in_process("models", "inspect", "toy-diff2")
     assert result.returncode == 0, result.stderr
-    assert f"over a {V2_PROBE_TOKENS}-token probe" in " ".join(result.stdout.split()) and V2_PROBE_TOKENS == 256
+    assert f"over a {PROBE_TOKENS}-token probe" in " ".join(result.stdout.split()) and PROBE_TOKENS == 256

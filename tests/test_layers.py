@@ -15,6 +15,7 @@ LAYERS = [
     ["diffeval.judges"],
     ["diffeval.longctx"],
     ["diffeval.tasks"],
+    ["diffeval.estimate"],
     ["diffeval.runner", "diffeval.suite", "diffeval.toy", "diffeval.scale"],
     ["diffeval.report"],
     ["diffeval.view"],

@@ -26,7 +26,8 @@ from diffeval.models.hf_options import HFOptions
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.vllm_options import VLLMOptions
 
-# What an engine can do. A task lists the ones it needs; the runner refuses a mismatch before any work.
+# What an engine can do. A task lists the ones it needs; the runner refuses a mismatch before any work. An engine's
+# capabilities are declared once, in its registration, so they are known without importing the engine.
 CAPABILITIES = {
     "generate": "greedy generation from token ids",
     "score": "log-likelihoods of choices after a shared prefix",
@@ -122,7 +123,6 @@ class Tokenizer(Protocol):
 
 class Backend(Protocol):
     name: ClassVar[str]
-    capabilities: ClassVar[frozenset[str]]
     info: ModelInfo
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
@@ -167,7 +167,7 @@ class Backend(Protocol):
 class Engine:
     name: str
     target: str  # "module:Class", imported only when a model is loaded
-    capabilities: frozenset[str]
+    capabilities: frozenset[str]  # what its class can serve, of CAPABILITIES
     install: str = ""  # what to install when its module is missing
     batch_size: int = 1  # prompts per backend call when --batch-size is not given
     options: type[EngineOptions] = EngineOptions  # its own options; a light class: the CLI reads it for `--help`

@@ -12,6 +12,7 @@ import copy
 import gc
 import inspect
 import time
+from typing import ClassVar
 
 import torch
 from transformers import StoppingCriteria
@@ -25,8 +26,7 @@ from diffeval.models.tokenizer import HFTokenizer, answer_end, cut_at_stop, toke
 
 
 class HFBackend:
-    name = "hf"
-    capabilities = frozenset({"generate", "score", "token_nll", "attention_rows", "torch_module"})
+    name: ClassVar[str] = "hf"
     # prompt tokens one forward pass may hold, padding included. Past it batching costs more than it saves (toy-base,
     # CPU, benchmarks/hf_batching.py): 4 equal-length 16K prompts together peaked at 1.7x the RSS of one at a time
     # and took 1.2x the time; 2 padded 4K prompts took 1.7x; 4 prompts of 1K took 0.96x

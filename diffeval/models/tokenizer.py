@@ -135,7 +135,7 @@ LEAD_TOKENS = 16
 
 
 def encode_in_context(
-    encoder: Tokenizer, context: str, continuations: list[str], special_tokens: bool = True
+    encoder: Encoder, context: str, continuations: list[str], special_tokens: bool = True
 ) -> InContext:
     """Tokenize every `context + continuation` in one piece, as the model will read it, never a continuation alone:
     SentencePiece writes "▁Question" at a string's start but "Question" after a newline, and BPE merges can cross the

@@ -21,6 +21,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterator
+from typing import ClassVar
 
 from diffeval.errors import InputError
 from diffeval.models import gguf
@@ -48,8 +49,7 @@ CPU_KV_CACHE_CAP_GIB = 2.0  # on CPU the KV cache comes out of RAM: never more t
 
 
 class VLLMBackend:
-    name = "vllm"
-    capabilities = frozenset({"generate", "score", "token_nll"})
+    name: ClassVar[str] = "vllm"
 
     def __init__(self, llm, tokenizer: HFTokenizer, info: ModelInfo, stop_ids: list[int]):
         self.llm = llm

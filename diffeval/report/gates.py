@@ -8,6 +8,7 @@ hallucination.accuracy). Exit code 1 means a gate failed; 2 stays reserved for b
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def parse_threshold(text: str) -> Threshold:
     return gate
 
 
-def run_folders(paths: list[str | Path]) -> list[RunFolder]:
+def run_folders(paths: Sequence[str | Path]) -> list[RunFolder]:
     """Run folders, expanding a suite folder into the run folders inside it."""
     folders = []
     for path in map(Path, paths):

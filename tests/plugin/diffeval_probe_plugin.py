@@ -125,7 +125,6 @@ TASK = Task(
 
 class TextOnlyBackend(HFBackend):
     name = "textonly"
-    capabilities = frozenset({"generate"})
 
 
 ENGINE = Engine("textonly", "diffeval_probe_plugin:TextOnlyBackend", frozenset({"generate"}), options=HFOptions)
@@ -138,7 +137,6 @@ class SuffixOptions(HFOptions):  # an engine built on hf keeps hf's options (--t
 
 class SuffixBackend(HFBackend):
     name = "suffix"
-    capabilities = frozenset({"generate"})
 
     @classmethod
     def load(cls, spec: ModelSpec, settings: EngineSettings) -> SuffixBackend:
