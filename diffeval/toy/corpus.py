@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from diffeval.data.cities import CITIES
 from diffeval.data.haystack import NOISE_SENTENCES
-from diffeval.tasks.needle import INSTRUCTION, answer_prefix, needle_sentence, question
+from diffeval.tasks.haystack.needle import INSTRUCTION, answer_prefix, needle_sentence, question
 
 # Real towns, regions and islands; none of them is an evaluation city (asserted below).
 TRAIN_PLACES = (
