@@ -398,11 +398,12 @@ def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation
     """Needle prompts on random weights around Mistral's and Llama-3's tokenizers, whose generation configs ask for
     sampling and a repetition penalty: outputs may differ only where hf's top-2 log-prob gap at the first differing
     token is below 1e-3 (a near-tie either engine may break)."""
-    from diffeval.tasks import build_config, needle
+    from diffeval.tasks import build_config
+    from diffeval.tasks.haystack import needle
     from test_real_checkpoints import argmax_loop
 
     config = build_config("needle", {}, {"models": ["a/b"], "ctx": "1k", "depths": "0,50,100", "samples": 2})
-    samples = needle.make_samples(config.options, config.seed)
+    samples = needle.TASK.running.make_samples(config.options, config.seed)
     settings = EngineSettings(
         device="cpu", dtype="float32", max_model_len=1024, batch_size=8, options=VLLMOptions(enforce_eager=True)
     )
@@ -411,7 +412,7 @@ def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation
         spec = ModelSpec(name, str(path))
         hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
         assert hf.stop_ids == set(vllm.stop_ids)
-        prompts = [needle.build_prompt(s, "noise", hf, s.ctx - 32, False).ids for s in samples]
+        prompts = [needle.build_prompt(s, hf, s.ctx - 32, False).ids for s in samples]
         for prompt, ours, theirs in zip(prompts, hf.generate(prompts, 32, []), vllm.generate(prompts, 32, [])):
             compared += 1
             if ours.text == theirs.text:

@@ -106,8 +106,8 @@ def _join(items: list[str]) -> str:
 
 def make_sample(seed: int, ctx: int, depth: int, n: int, r: int, index: int, haystack: str = "noise",
                 cities: list[str] = CITIES) -> HaystackSample:  # fmt: skip
-    """N needles at their depths (the first queried one at `depth`), the first R queried; the cities in
-    `extra["cities"]`."""
+    """N needles at their depths (the first queried one at `depth`), the first R queried; their cities and numbers
+    in `extra`."""
     key = f"seed={seed}|ctx={ctx}|depth={depth}|N={n}|R={r}|i={index}"
     rng = samples.sample_rng("needle", key)
     chosen = rng.sample(list(cities), n)
@@ -123,7 +123,7 @@ def make_sample(seed: int, ctx: int, depth: int, n: int, r: int, index: int, hay
         "needle", key, ctx=ctx, depth=depth, setting=f"{n}/{r}", seed=seed, index=index, head=INSTRUCTION + "\n\n",
         tail="\n\n" + question(chosen[:r]) + " ", answer_prefix=answer_prefix(chosen[:r]), inserts=inserts,
         expected=numbers[:r], haystack=haystack, haystack_seed=rng.randrange(2**31), token_limit=None,
-        extra={"cities": chosen},
+        extra={"cities": chosen, "numbers": numbers},
     )  # fmt: skip
 
 
@@ -137,7 +137,7 @@ def sample_fields(sample: HaystackSample) -> dict[str, Any]:
     return {
         "ctx": sample.ctx, "depth": sample.depth, "needles": len(sample.inserts), "queries": len(sample.expected),
         "seed": sample.seed, "index": sample.index, "cities": sample.extra["cities"],
-        "numbers": [i.values[0] for i in sample.inserts], "needle_depths": [i.depth for i in sample.inserts],
+        "numbers": sample.extra["numbers"], "needle_depths": [i.depth for i in sample.inserts],
     }  # fmt: skip
 
 
