@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from diffeval.config import option
 from diffeval.errors import InputError
@@ -29,7 +29,7 @@ from diffeval.paper import TABLE3
 from diffeval.records import MayBeAbsent, Record
 from diffeval.tasks.analyses.shares import (
     HEADLINE_MAP,
-    MAP_SHARES,
+    MAPS_SCHEMA,
     SEGMENTS,
     SEGMENTS_TITLE,
     check_capturable,
@@ -45,6 +45,8 @@ from diffeval.tasks.haystack.samples import HaystackPrompt, HaystackSample
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
+
+    from diffeval.models.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,7 @@ def evaluate(batch: list[HaystackSample], backend: Backend, context: RunContext[
         if options.rows == "answer":
             # the answer is tokenized after the prompt, as the model reads it; where its first token merges with the
             # prompt's last, the rows start at the last token both share
-            extended = encode_in_context(backend, prompt.text, [" " + ", ".join(sample.expected)])
+            extended = encode_in_context(cast("Tokenizer", backend), prompt.text, [" " + ", ".join(sample.expected)])
             ids = extended.prefix + extended.tails[0]
             rows = list(range(len(extended.prefix) - 1, len(ids) - 1))
         segments = segment_ids(prompt, len(ids), len(sample.expected), options.span)
@@ -117,6 +119,7 @@ def attention_tables(records: pd.DataFrame, options: AttentionOptions, paper: bo
     """Table 3 always carries the paper's rows: the issue's headline comparison (see the module docstring). The
     tables read no option."""
     import pandas as pd
+
 
     frame = records.assign(length=records["ctx"].map(format_ctx))
     multi_length = frame["length"].nunique() > 1
@@ -149,6 +152,7 @@ def attention_tables(records: pd.DataFrame, options: AttentionOptions, paper: bo
 def _paper_rows(depths: list[int]) -> pd.DataFrame:
     import pandas as pd
 
+
     rows = {
         model: {f"{segment} {d}%": values[segment].get(d) for segment in ("answer", "noise") for d in depths}
         for model, values in TABLE3.items()
@@ -159,6 +163,7 @@ def _paper_rows(depths: list[int]) -> pd.DataFrame:
 def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Raw answer share of the headline map per layer (rows = layers, columns = models)."""
     import pandas as pd
+
 
     columns = {}
     for model, group in frame.groupby("model", sort=False):
@@ -204,7 +209,7 @@ RECORD_SCHEMA = {
     "noise_share": float,
     "answer_share_normalized": float,
     "noise_share_normalized": float,
-    "shares": dict[str, MAP_SHARES],
+    "shares": MAPS_SCHEMA,
     "rows": MayBeAbsent(list[int]),  # the view's title
 }
 

@@ -28,7 +28,7 @@ from diffeval.longctx.lengths import format_ctx, parse_format_ctx
 from diffeval.models.backend import Backend
 from diffeval.records import MayBeAbsent, Record
 from diffeval.tasks.analyses.shares import (
-    MAP_SHARES,
+    MAPS_SCHEMA,
     SEGMENTS,
     SEGMENTS_TITLE,
     check_capturable,
@@ -75,7 +75,9 @@ class DistractorAttentionOptions(DepthOptions):
 
     def probe_options(self) -> mk_niah.MKNiahOptions | vt.VTOptions:
         """The probe's own options, as its runs would take them."""
-        shared = {"ctx": self.ctx, "samples": self.samples, "base_lengths": self.base_lengths, "depths": self.depths}
+        shared: dict[str, Any] = {
+            "ctx": self.ctx, "samples": self.samples, "base_lengths": self.base_lengths, "depths": self.depths
+        }
         if self.probe == "mk-niah":
             return mk_niah.MKNiahOptions(**shared, variants=self.variants, keys=self.keys, haystack=self.haystack)
         return vt.VTOptions(**shared, chains=self.chains, hops=self.hops)
@@ -93,7 +95,8 @@ class DistractorAttentionOptions(DepthOptions):
 
 def probe_context(context: RunContext[DistractorAttentionOptions]) -> RunContext[Any]:
     """The run's context as the probe's own runs see it: with the probe's options."""
-    return replace(context, options=context.options.probe_options())
+    general: RunContext[Any] = context
+    return replace(general, options=context.options.probe_options())
 
 
 def recipe_of(options: DistractorAttentionOptions) -> Recipe:
@@ -210,7 +213,7 @@ RECORD_SCHEMA = {
     "answer_share": float,
     "distractor_share": float,
     "noise_share": float,
-    "shares": dict[str, MAP_SHARES],
+    "shares": MAPS_SCHEMA,
     "seed": MayBeAbsent(int),
 }
 

@@ -9,13 +9,14 @@ The headline map is the differential one for DIFF models and the softmax one for
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any
 
 from diffeval.errors import InputError
 from diffeval.models import variants
 from diffeval.models.backend import Backend
 from diffeval.tasks.base import RunContext
-from diffeval.tasks.blocks import Chart, Document, Section, Series
+from diffeval.tasks.blocks import Block, Chart, Document, Section, Series
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -24,6 +25,7 @@ SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
 HEADLINE_MAP = {True: "diff", False: "softmax"}
 # every map's per-layer shares of every segment, as the segment table, per-layer table and view read them
 MAP_SHARES = {segment: list[float] for segment in (*SEGMENTS, "row_sum")}
+MAPS_SCHEMA = GenericAlias(dict, (str, MAP_SHARES))  # a record's `shares`, {map: MAP_SHARES}, as its schema reads it
 SEGMENT_COLOURS = {  # the viewer's chart colours
     "answer": "#d62728", "needles": "#ff7f0e", "noise": "#7f7f7f", "scaffold": "#1f77b4", "sink": "#9467bd",
 }  # fmt: skip
@@ -112,9 +114,9 @@ def sample_view(context: RunContext[Any], records: dict[str, dict], tokenizer_fo
                 full_text: bool | None) -> Document:  # fmt: skip
     """For `diffeval view`: per model, a chart per attention map of every segment's share, layer by layer, from the
     records alone."""
-    sections = []
+    sections: list[Block] = []
     for model, record in records.items():
-        charts = []
+        charts: list[Block] = []
         for name, shares in (record.get("shares") or {}).items():
             layers = len(shares["answer"])
             series = [Series(segment, shares[segment], SEGMENT_COLOURS[segment]) for segment in SEGMENTS]

@@ -19,6 +19,7 @@ from diffeval.config import int_list, option
 from diffeval.data.haystack import haystack_sentences
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
 from diffeval.errors import InputError
+from diffeval.tasks.base import RunContext
 from diffeval.tasks.haystack import samples
 from diffeval.tasks.haystack.options import DepthOptions
 from diffeval.tasks.haystack.probes import probe_task
@@ -102,10 +103,10 @@ def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     return f"{keys} keys (--keys)" if keys else "no key"
 
 
-def check_inputs(config) -> None:
+def check_inputs(context: RunContext[MKNiahOptions]) -> None:
     """Fail before any work if variant 1's haystack cannot be read."""
-    if 1 in config.options.variants:
-        haystack_sentences(config.options.haystack, config.seed, 10)
+    if 1 in context.options.variants:
+        haystack_sentences(context.options.haystack, context.seed, 10)
 
 
 RECIPE = Recipe(name="mk-niah", make_sample=make_sample, most_that_fits=most_that_fits)

@@ -14,6 +14,7 @@ Recipe (the rest is the haystack family's machinery, diffeval/tasks/haystack, on
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,7 +106,7 @@ def _join(items: list[str]) -> str:
 
 
 def make_sample(seed: int, ctx: int, depth: int, n: int, r: int, index: int, haystack: str = "noise",
-                cities: list[str] = CITIES) -> HaystackSample:  # fmt: skip
+                cities: Sequence[str] = CITIES) -> HaystackSample:  # fmt: skip
     """N needles at their depths (the first queried one at `depth`), the first R queried; their cities and numbers
     in `extra`."""
     key = f"seed={seed}|ctx={ctx}|depth={depth}|N={n}|R={r}|i={index}"
@@ -159,7 +160,9 @@ def build_prompt(sample: HaystackSample, backend: Backend, budget: int, chat_tem
     every needle and of every needle's number; `too_long` (default: needle's) when even no haystack fits."""
     fitted = samples.fitted_haystack(sample, backend, budget, chat_template, too_long or refusal(sample))
     number_spans = [fitted.token_span_of(insert.values[0], i) for i, insert in enumerate(sample.inserts)]
-    spans = {"needles": fitted.insert_spans, "numbers": number_spans, "haystack": list(fitted.haystack_span)}
+    spans: dict[str, list] = {
+        "needles": fitted.insert_spans, "numbers": number_spans, "haystack": list(fitted.haystack_span)
+    }
     return HaystackPrompt(fitted.ids, fitted.text, fitted.offsets, fitted.haystack_words, spans, fitted.depth_of(0))
 
 

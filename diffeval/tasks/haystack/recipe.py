@@ -138,7 +138,7 @@ def check_fits_with(recipe: Recipe) -> Callable[[RunContext[Any], dict], None]:
         from diffeval.models.tokenizer import PromptTokenizer
 
         options = context.options
-        prompt_tokenizers = [PromptTokenizer(tokenizer, name) for name, tokenizer in tokenizers.items()]
+        prompt_tokenizers: list[Any] = [PromptTokenizer(tokenizer, name) for name, tokenizer in tokenizers.items()]
         for ctx in options.ctx:
             for setting in options.settings():
                 sample = recipe.make_sample(options, context.seed, ctx, options.cell_depths()[0], setting, 0)

@@ -10,7 +10,7 @@ from typing import Any
 from diffeval.errors import InputError
 from diffeval.longctx import fitting
 from diffeval.tasks.base import RunContext
-from diffeval.tasks.blocks import Document, Elided, Mark, Notice, Section, Span, Text
+from diffeval.tasks.blocks import Block, Document, Elided, Mark, Notice, Section, Span, Text
 from diffeval.tasks.haystack.recipe import Recipe, fitted_prompt
 from diffeval.tasks.haystack.samples import ANSWER, HaystackPrompt, HaystackSample, Insert
 
@@ -33,7 +33,7 @@ def sample_view_for(recipe: Recipe) -> Callable[..., Document]:
                 "this diffeval builds another sample from the recorded parameters: view it with the version "
                 f"that ran it ({first['sample_id']} vs {sample.sample_id})"
             )
-        sections = []
+        sections: list[Block] = []
         for model, stored in records.items():
             try:
                 prompt = fitted_prompt(recipe, sample, tokenizer_for(model), context)
@@ -43,7 +43,7 @@ def sample_view_for(recipe: Recipe) -> Callable[..., Document]:
                 continue
             whole = len(prompt.ids) <= VIEW_FULL_TOKENS if full_text is None else full_text
             spans = json.loads(json.dumps(prompt.spans))  # as a record stores them: tuples become lists
-            blocks: list = []
+            blocks: list[Block] = []
             if len(prompt.ids) != stored.get("prompt_tokens") or spans != stored.get("spans"):
                 blocks.append(Notice(PROMPT_DIFFERS, model=model))
             pieces = (recipe.pieces or insert_pieces)(prompt, sample, whole)
