@@ -179,7 +179,7 @@ def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
     ],
 )
 def test_probe_outputs_are_the_same_on_both_backends(tmp_path, task, extra):
-    """The noise probes (tasks/probe.py) on both engines: the same prompts, and greedy outputs compared sample by
+    """The noise probes (tasks/haystack) on both engines: the same prompts, and greedy outputs compared sample by
     sample, as needle's. The DIFF model only: a baseline on vLLM is the needle test's, a probe's prompts do not depend
     on the model's kind, and fitting under other tokenizers is test_probes.py's."""
     depths = [] if task == "cwe" else ["--depths", "0,50"]
