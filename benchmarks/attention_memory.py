@@ -30,13 +30,14 @@ def measure(mode: str, model_dir: str, ctx: int, cap_gb: float) -> dict:
     from diffeval.models.hf import HFBackend
     from diffeval.models.loading import load_model
     from diffeval.models.spec import ModelSpec
-    from diffeval.tasks import attention, needle
-    from diffeval.tasks.attention import AttentionOptions
+    from diffeval.tasks.analyses import attention
+    from diffeval.tasks.analyses.attention import AttentionOptions
+    from diffeval.tasks.haystack import needle
 
     attn_impl = "eager" if mode == "eager" else "sdpa"
     backend = HFBackend(load_model(ModelSpec("diff", model_dir), "cpu", attn_impl=attn_impl))
     sample = needle.make_sample(0, ctx, 50, 1, 1, 0)
-    ids = needle.build_prompt(sample, "noise", backend, ctx - 32, False).ids
+    ids = needle.build_prompt(sample, backend, ctx - 32, False).ids
     if mode == "eager":
         resource.setrlimit(resource.RLIMIT_AS, (int(cap_gb * 2**30), resource.RLIM_INFINITY))
     start = time.perf_counter()
@@ -97,7 +98,7 @@ def build_model(root: Path) -> Path:
     from diffeval.data.cities import CITIES
     from diffeval.data.haystack import NOISE_SENTENCES
     from diffeval.models.tiny import build_tiny_model, train_tokenizer
-    from diffeval.tasks import needle
+    from diffeval.tasks.haystack import needle
 
     texts = [" ".join(NOISE_SENTENCES)] * 20 + [needle.INSTRUCTION, needle.question(["Rome"])]
     texts += [needle.needle_sentence(city, "1234567") for city in CITIES]

@@ -55,17 +55,19 @@ def exact_totals(ctx: str) -> dict[str, tuple[int, int, float]]:
     """Per model: prompt tokens, generated tokens at most and seconds, fitting every prompt of the same run."""
     from diffeval.models.backend import EngineSettings, open_tokenizer
     from diffeval.models.tokenizer import PromptTokenizer
-    from diffeval.tasks import build_config, needle
+    from diffeval.tasks import build_config
+    from diffeval.tasks.haystack import needle, recipe
 
     config = build_config("needle", {}, {"ctx": ctx, "dry_run": True})
-    samples = needle.make_samples(config.options, config.seed)
+    samples = needle.TASK.running.make_samples(config.options, config.seed)
     totals = {}
     for spec in config.models:
         start = time.perf_counter()
         tokenizer = PromptTokenizer(open_tokenizer(spec, EngineSettings.from_config(config)), spec.name)
         prompt_tokens = generated = 0
         for sample in samples:
-            prompt, limit = needle.fitted_prompt(sample, tokenizer, config)
+            prompt = recipe.fitted_prompt(needle.RECIPE, sample, tokenizer, config)
+            limit = needle.token_limit(sample, tokenizer, config)
             prompt_tokens, generated = prompt_tokens + len(prompt.ids), generated + limit
         totals[spec.name] = (prompt_tokens, generated, time.perf_counter() - start)
     return totals

@@ -36,7 +36,8 @@ def measure(backend_name: str, model: str, samples: int) -> dict:
     from diffeval.data.haystack import NOISE_SENTENCES
     from diffeval.models.backend import EngineSettings, default_batch_size, make_backend
     from diffeval.models.spec import ModelSpec
-    from diffeval.tasks import needle
+    from diffeval.tasks.haystack import needle
+    from diffeval.tasks.haystack.recipe import STOP
 
     torch.set_num_threads(len(CORES))
     # the CLI's default chunk on each engine (vllm: 256 sequences scheduled at once)
@@ -47,17 +48,18 @@ def measure(backend_name: str, model: str, samples: int) -> dict:
     result = {"backend": backend_name, "load_s": time.perf_counter() - start, "torch_threads": torch.get_num_threads()}
     result["omp_bind"] = os.environ["VLLM_CPU_OMP_THREADS_BIND"] if backend_name == "vllm" else "-"
     for ctx in (4096, 16384):
-        batch = needle.prepare_batch(needle.make_samples(_options(ctx, samples), seed=0), backend, _Config())
+        running = needle.TASK.running
+        batch = running.prepare_batch(running.make_samples(_options(ctx, samples), seed=0), backend, _Config())
         prompts = [p.ids for _, p, _ in batch]
         chunks = [prompts] if backend_name == "vllm" else [[p] for p in prompts]
         start = time.perf_counter()
-        outputs = [g.text for chunk in chunks for g in backend.generate(chunk, 32, needle.STOP)]
+        outputs = [g.text for chunk in chunks for g in backend.generate(chunk, 32, STOP)]
         result[f"needle_{ctx}_s_per_sample"] = (time.perf_counter() - start) / len(prompts)
         result[f"needle_{ctx}_outputs"] = outputs
         if backend_name == "hf":
             start = time.perf_counter()
             for i in range(0, len(prompts), 4):
-                backend.generate(prompts[i : i + 4], 32, needle.STOP)
+                backend.generate(prompts[i : i + 4], 32, STOP)
             result[f"needle_{ctx}_batch4_s_per_sample"] = (time.perf_counter() - start) / len(prompts)
     block = backend.encode(" ".join(NOISE_SENTENCES * 40)).ids[:2048]
     queries = [backend.encode(f"Question: what is item {i}?\nType:", special_tokens=False).ids for i in range(24)]
@@ -72,7 +74,7 @@ def measure(backend_name: str, model: str, samples: int) -> dict:
 
 
 def _options(ctx: int, samples: int):
-    from diffeval.tasks.needle import NeedleOptions
+    from diffeval.tasks.haystack.needle import NeedleOptions
 
     return NeedleOptions(ctx=[ctx], depths=[50], samples=samples)
 
@@ -96,7 +98,7 @@ def main() -> None:
     from diffeval.data.cities import CITIES
     from diffeval.data.haystack import NOISE_SENTENCES
     from diffeval.models.tiny import build_tiny_model, train_tokenizer
-    from diffeval.tasks import needle
+    from diffeval.tasks.haystack import needle
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -48,8 +48,10 @@ from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import train_tokenizer
 from diffeval.models.vllm_options import VLLMOptions
-from diffeval.tasks import attention, build_config, needle
-from diffeval.tasks.attention import AttentionOptions
+from diffeval.tasks import build_config
+from diffeval.tasks.analyses import attention
+from diffeval.tasks.analyses.attention import AttentionOptions
+from diffeval.tasks.haystack import needle
 
 # 1B-class: 16 layers of width 2048, 16 heads of 128 over 8 KV heads, SwiGLU 5632 (the body of a Llama-1B)
 SHAPES = {
@@ -149,9 +151,9 @@ def attention_memory(path: Path, ctx: int, device: str) -> tuple[float, float]:
     """Peak memory (GiB) of one attention-analysis sample at ctx, and of a plain forward of the same prompt."""
     backend = make_backend(ModelSpec("diff", str(path)), EngineSettings(device=device, dtype="bfloat16"), "hf")
     options = AttentionOptions(ctx=[ctx], depths=[50], samples=1)
-    sample = needle.make_samples(options, seed=0)[0]
+    sample = needle.TASK.running.make_samples(options, seed=0)[0]
     config = SimpleNamespace(options=options, max_new_tokens=32, chat_template=False)
-    prompt = needle.build_prompt(sample, "noise", backend, ctx - 32, False)
+    prompt = needle.build_prompt(sample, backend, ctx - 32, False)
     meter = PeakMemory(device)
     meter.reset()
     with torch.inference_mode():

@@ -35,7 +35,9 @@ from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model, train_tokenizer
-from diffeval.tasks import build_config, needle
+from diffeval.tasks import build_config
+from diffeval.tasks.haystack import needle
+from diffeval.tasks.haystack.recipe import STOP
 
 DEPTHS = [0, 25, 50, 75, 100]
 
@@ -72,8 +74,8 @@ def harness_overhead(
 
     backend = HFBackend(load_model(ModelSpec(name, str(path)), "cpu"))
     prompts = [
-        needle.build_prompt(s, "noise", backend, s.ctx - config.max_new_tokens, False).ids
-        for s in needle.make_samples(config.options, config.seed)
+        needle.build_prompt(s, backend, s.ctx - config.max_new_tokens, False).ids
+        for s in needle.TASK.running.make_samples(config.options, config.seed)
     ]
     model_time = 0.0
     with torch.inference_mode():
@@ -85,7 +87,7 @@ def harness_overhead(
                 attention_mask=torch.ones_like(input_ids),
                 do_sample=False,
                 max_new_tokens=config.max_new_tokens,
-                stop_strings=needle.STOP,
+                stop_strings=STOP,
                 tokenizer=backend.tokenizer,
                 pad_token_id=backend.tokenizer.pad_token_id,
             )

@@ -29,9 +29,10 @@ from pathlib import Path
 
 from playwright.sync_api import sync_playwright
 
-from diffeval.models.backend import EngineSettings, open_tokenizer
+from diffeval.models.backend import EngineSettings, Generation, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
-from diffeval.tasks import build_config, needle
+from diffeval.tasks import build_config
+from diffeval.tasks.haystack import needle, recipe
 from diffeval.view.server import Runs, make_server
 
 CTX = 65536
@@ -43,11 +44,11 @@ def write_folder(folder: Path, samples: int) -> None:
                                          "samples": samples // 20, "out": str(folder)})  # fmt: skip
     pair = config.models  # no --model: the built-in pair
     settings = EngineSettings.from_config(config)
-    made = needle.make_samples(config.options, config.seed)
+    made = needle.TASK.running.make_samples(config.options, config.seed)
     first_prompts = {}
     for spec in pair:
         tokenizer = PromptTokenizer(open_tokenizer(spec, settings), spec.name)
-        first_prompts[spec.name] = needle.build_prompt(made[0], "noise", tokenizer, CTX - MAX_NEW_TOKENS, False)
+        first_prompts[spec.name] = needle.build_prompt(made[0], tokenizer, CTX - MAX_NEW_TOKENS, False)
     run = {"config": config.to_dict(), "models": {s.name: {"name": s.name, "is_diff": s.name == "diff"} for s in pair}}
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps(run))
@@ -58,7 +59,7 @@ def write_folder(folder: Path, samples: int) -> None:
                 prompt = first_prompts[spec.name]
                 right = draw.random() < (0.8 if spec.name == "diff" else 0.6)
                 output = " " + (" and ".join(sample.expected) if right else "1234567") + "."
-                record = needle.record(sample, prompt, spec.name, output, 11, 0.5)
+                record = recipe.record(needle.RECIPE, sample, prompt, spec.name, Generation(output, 11, 0.5), 32)
                 handle.write(json.dumps(record.to_dict()) + "\n")
 
 

@@ -202,16 +202,17 @@ def diffeval_prompts(task: str, extra: list[str], model: Path, records: list[dic
     from transformers import AutoTokenizer
 
     from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer
-    from diffeval.tasks import build_config, probe
+    from diffeval.tasks import build_config
+    from diffeval.tasks.haystack.recipe import fitted_prompt
 
-    recipe = importlib.import_module(f"diffeval.tasks.{task.replace('-', '_')}").RECIPE
+    recipe = importlib.import_module(f"diffeval.tasks.haystack.{task.replace('-', '_')}").RECIPE
     flags = {name.removeprefix("--").replace("-", "_"): value for name, value in zip(extra[::2], extra[1::2])}
     config = build_config(task, {}, flags)
     tokenizer = PromptTokenizer(HFTokenizer(AutoTokenizer.from_pretrained(model)), "m")
     texts = []
     for r in records:
         sample = recipe.make_sample(config.options, r["seed"], r["ctx"], r["depth"], r["setting"], r["index"])
-        prompt = probe.fitted_prompt(recipe, sample, tokenizer, config)
+        prompt = fitted_prompt(recipe, sample, tokenizer, config)
         if sample.sample_id != r["sample_id"] or len(prompt.ids) != r["prompt_tokens"]:
             raise SystemExit(f"{task}: a rebuilt prompt differs from the one diffeval ran ({r['sample_id']})")
         texts.append((prompt.text, sample.answer_prefix, r["expected"]))

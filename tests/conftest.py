@@ -20,7 +20,7 @@ os.environ["DIFFEVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="diffeval-verdicts-")
 from diffeval.data.cities import CITIES  # noqa: E402
 from diffeval.data.haystack import NOISE_SENTENCES  # noqa: E402
 from diffeval.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
-from diffeval.tasks import needle  # noqa: E402
+from diffeval.tasks.haystack import needle  # noqa: E402
 
 SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 

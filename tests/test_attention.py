@@ -14,8 +14,10 @@ from diffeval.models.diff import split_differential
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks import attention, needle
-from diffeval.tasks.attention import AttentionOptions
+from diffeval.tasks.analyses import attention
+from diffeval.tasks.analyses.attention import AttentionOptions
+from diffeval.tasks.haystack import needle
+from diffeval.tasks.haystack.samples import HaystackPrompt
 
 
 def _config(**options):
@@ -55,13 +57,13 @@ def test_shares_match_eager_attention_maps(tiny_models, model_name, rows, span, 
     backend = HFBackend(load_model(ModelSpec(model_name, str(tiny_models[model_name])), "cpu"))
     sample = needle.make_sample(0, ctx, 50, 4, 2, 0)
     [record] = [r.to_dict() for r in attention.evaluate([sample], backend, _config(rows=rows, span=span))]
-    prompt = needle.build_prompt(sample, "noise", backend, ctx - 32, False)
+    prompt = needle.build_prompt(sample, backend, ctx - 32, False)
     ids = list(prompt.ids)
     if rows == "answer":
         ids += backend.encode(" " + ", ".join(sample.expected), special_tokens=False).ids
         assert len(record["rows"]) > 10  # two 7-digit numbers, one digit per token
     assert record["rows"][0] == len(prompt.ids) - 1
-    segments = attention.segment_ids(prompt, len(ids), sample.queries, span)
+    segments = attention.segment_ids(prompt, len(ids), len(sample.expected), span)
     lambdas = [row["lambda"] for row in backend.info.lambdas] if backend.info.is_diff else None
     expected = _brute_force_shares(tiny_models[model_name], ids, record["rows"], segments, lambdas)
     assert set(expected) == set(record["shares"])
@@ -91,8 +93,10 @@ def test_split_differential_pairs_head_i_with_head_i_plus_half():
 
 
 def test_needle_span_widens_the_answer():
-    prompt = needle.NeedlePrompt(
+    prompt = HaystackPrompt(
         ids=list(range(40)),
+        text="",
+        offsets=[],
         haystack_words=0,
         spans={"needles": [[10, 20], [25, 30]], "numbers": [[15, 19], [26, 29]], "haystack": [5, 35]},
     )

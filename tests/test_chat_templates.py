@@ -18,10 +18,12 @@ from diffeval.data import hallucination as hallucination_data
 from diffeval.models.loading import load_tokenizer
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer, encode_choices_in_context, encode_in_context
-from diffeval.tasks import attention, hallucination, icl, needle
-from diffeval.tasks.attention import AttentionOptions
+from diffeval.tasks import hallucination, icl
+from diffeval.tasks.analyses import attention
+from diffeval.tasks.analyses.attention import AttentionOptions
+from diffeval.tasks.haystack import needle, recipe, samples
+from diffeval.tasks.haystack.needle import NeedleOptions
 from diffeval.tasks.icl import IclOptions
-from diffeval.tasks.needle import NeedleOptions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 # SmolLM2's template: a default system turn when the messages have none, then the user turn, then the generation
@@ -50,20 +52,21 @@ def test_needle_prompt_is_the_raw_prompt_in_smollm2s_turns(smol):
     """The instruction, haystack and question are the user turn; the answer prefix opens the assistant's turn; the
     haystack is cut so that the whole, template included, fills ctx minus the answer's tokens."""
     sample = needle.make_sample(0, 1024, 50, 1, 1, 0)
-    prompt, limit = needle.fitted_prompt(sample, smol, _needle_config(NeedleOptions(ctx=[1024])))
+    config = _needle_config(NeedleOptions(ctx=[1024]))
+    prompt, limit = recipe.fitted_prompt(needle.RECIPE, sample, smol, config), needle.token_limit(sample, smol, config)
     start, end = prompt.spans["haystack"]
     haystack = prompt.text[prompt.offsets[start][0] : prompt.offsets[end - 1][1]]
-    question, prefix = needle.question(sample.cities[:1]), needle.answer_prefix(sample.cities[:1])
+    question, prefix = needle.question(sample.extra["cities"][:1]), needle.answer_prefix(sample.extra["cities"][:1])
     user = needle.INSTRUCTION + "\n\n" + haystack + "\n\n" + question
     assert prompt.text == SYSTEM + USER + user + ASSISTANT + prefix
-    assert needle.needle_sentence(sample.cities[0], sample.numbers[0]) in haystack
+    assert needle.needle_sentence(sample.extra["cities"][0], sample.extra["numbers"][0]) in haystack
     # the same words make the raw prompt: the user turn is it, less the space that joined it to the answer prefix
-    layout = needle.layout(sample)
+    layout = samples.layout(sample)
     assert layout.head + haystack + layout.tail + layout.answer_prefix == user + " " + prefix
     assert prompt.ids == smol.encode(prompt.text).ids and _special(smol, prompt.ids[:1]) == "<|im_start|>"
     assert 0.99 * 1024 - limit <= len(prompt.ids) <= 1024 - limit
     (n_start, n_end) = prompt.spans["numbers"][0]
-    assert smol.decode(prompt.ids[n_start:n_end]).strip() == sample.numbers[0]
+    assert smol.decode(prompt.ids[n_start:n_end]).strip() == sample.extra["numbers"][0]
 
 
 def test_attention_spans_point_inside_smollm2s_template(smol):
@@ -72,16 +75,16 @@ def test_attention_spans_point_inside_smollm2s_template(smol):
     answer prefix in the assistant's turn."""
     sample = needle.make_sample(0, 1024, 50, 3, 1, 0)
     config = _needle_config(AttentionOptions(ctx=[1024], rows="answer"))
-    prompt, limit = needle.fitted_prompt(sample, smol, config)
+    prompt, limit = recipe.fitted_prompt(needle.RECIPE, sample, smol, config), needle.token_limit(sample, smol, config)
     extended = encode_in_context(smol, prompt.text, [" " + ", ".join(sample.expected)])
     ids = extended.prefix + extended.tails[0]
-    assert _special(smol, ids[len(prompt.ids) :]).strip() == sample.numbers[0]
-    segments = attention.segment_ids(prompt, len(ids), sample.queries, "answer")
+    assert _special(smol, ids[len(prompt.ids) :]).strip() == sample.extra["numbers"][0]
+    segments = attention.segment_ids(prompt, len(ids), len(sample.expected), "answer")
     tokens = {name: [i for i, s in enumerate(segments) if s == attention.SEGMENTS.index(name)] for name in
               attention.SEGMENTS}  # fmt: skip
-    assert smol.decode([ids[i] for i in tokens["answer"]]).strip() == sample.numbers[0]
+    assert smol.decode([ids[i] for i in tokens["answer"]]).strip() == sample.extra["numbers"][0]
     needles = _special(smol, [ids[i] for i in tokens["needles"]])
-    assert all(city in needles for city in sample.cities) and sample.numbers[1] in needles
+    assert all(city in needles for city in sample.extra["cities"]) and sample.extra["numbers"][1] in needles
     turns = [i for i, token in enumerate(ids) if _special(smol, [token]) in ("<|im_start|>", "<|im_end|>")]
     assert len(turns) == 5 and tokens["sink"] == [0]  # system start/end, user start/end, assistant start
     assert all(segments[i] == attention.SEGMENTS.index("scaffold") for i in turns[1:])
@@ -89,7 +92,7 @@ def test_attention_spans_point_inside_smollm2s_template(smol):
     assert user_start < min(tokens["noise"]) and max(tokens["noise"] + tokens["needles"]) < user_end
     assert _special(smol, ids[: user_start + 1]) == SYSTEM + "<|im_start|>"
     tail = _special(smol, ids[user_end : len(prompt.ids)])
-    assert tail == ASSISTANT + needle.answer_prefix(sample.cities[:1])
+    assert tail == ASSISTANT + needle.answer_prefix(sample.extra["cities"][:1])
     assert len(prompt.ids) <= 1024 - limit
 
 

@@ -19,7 +19,8 @@ from diffeval import estimate
 from diffeval.machine import machine_record
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
-from diffeval.tasks import TASKS, build_config, needle
+from diffeval.tasks import TASKS, build_config
+from diffeval.tasks.haystack import needle, recipe
 
 
 class CountingTokenizer(PromptTokenizer):
@@ -48,14 +49,17 @@ def test_cheap_sizing_is_within_one_percent_of_fitting_every_prompt(tiny_models,
     source = "noise" if haystack == "noise" else f"essays:{essays}"
     flags = {"ctx": "1k,2k", "needles": "1,4", "queries": "1,2", "depths": "0,50,100", "samples": 3}
     config = build_config("needle", {"haystack": source}, {**flags, "models": pair_options(tiny_models)[1::2]})
-    samples = needle.make_samples(config.options, config.seed)
+    samples = needle.TASK.running.make_samples(config.options, config.seed)
     settings = EngineSettings.from_config(config)
     for spec in config.models:  # two tokenizers: different vocabularies and merges
         tokenizer = PromptTokenizer(open_tokenizer(spec, settings), spec.name)
         exact_tokenizer, cheap_tokenizer = CountingTokenizer(tokenizer, 1200), CountingTokenizer(tokenizer, 1200)
-        fitted = [needle.fitted_prompt(sample, exact_tokenizer, config) for sample in samples]
+        fitted = [
+            (recipe.fitted_prompt(needle.RECIPE, sample, exact_tokenizer, config),
+             needle.token_limit(sample, exact_tokenizer, config)) for sample in samples
+        ]  # fmt: skip
         exact = sum(len(prompt.ids) for prompt, _ in fitted), sum(limit for _, limit in fitted)
-        cheap = needle.sizing(samples, cheap_tokenizer, config)
+        cheap = needle.TASK.running.sizing(samples, cheap_tokenizer, config)
         assert cheap[1] == exact[1]  # the token limits are computed, not estimated
         assert abs(cheap[0] - exact[0]) <= 0.01 * exact[0], (spec.name, haystack, cheap, exact)
         # fitting encodes each sample's whole prompt at least once; sizing one stream and one fit per length (a fit
@@ -255,7 +259,7 @@ def test_calibrate_times_one_sample_per_length(tiny_models, tmp_path):
     flags = {"ctx": "256,1k", "depths": "50", "samples": 3, "dry_run": True, "calibrate": True, "threads": 1}
     config = build_config("needle", {}, {**flags, "models": pair_options(tiny_models)[1::2]})
     task = TASKS["needle"]
-    samples = needle.make_samples(config.options, config.seed)
+    samples = needle.TASK.running.make_samples(config.options, config.seed)
     settings = EngineSettings.from_config(config)
     for spec in config.models:
         tokenizer = PromptTokenizer(open_tokenizer(spec, settings), spec.name)

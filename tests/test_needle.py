@@ -8,8 +8,9 @@ from diffeval.longctx import lengths, scoring
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks import needle
-from diffeval.tasks.needle import NeedleOptions
+from diffeval.tasks.haystack import needle, recipe, tables
+from diffeval.tasks.haystack.needle import NeedleOptions
+from diffeval.tasks.haystack.recipe import STOP
 
 
 @pytest.fixture(scope="module")
@@ -21,13 +22,13 @@ def test_samples_are_pure_and_unique():
     a = needle.make_sample(0, 4096, 50, 6, 2, 3)
     assert a == needle.make_sample(0, 4096, 50, 6, 2, 3)
     assert a != needle.make_sample(1, 4096, 50, 6, 2, 3)
-    assert len(set(a.cities)) == 6 and len(set(a.numbers)) == 6
-    assert all(len(n) == 7 and n.isdigit() for n in a.numbers)
-    assert a.needle_depths[0] == 50 and a.expected == a.numbers[:2]
+    assert len(set(a.extra["cities"])) == 6 and len(set(a.extra["numbers"])) == 6
+    assert all(len(n) == 7 and n.isdigit() for n in a.extra["numbers"])
+    assert [i.depth for i in a.inserts][0] == 50 and a.expected == a.extra["numbers"][:2]
     options = NeedleOptions(ctx=[1024, 2048], needles=[1, 2], queries=[1, 2], depths=[0, 100], samples=3)
-    samples = needle.make_samples(options, seed=0)
+    samples = needle.TASK.running.make_samples(options, seed=0)
     assert len(samples) == 2 * 2 * 2 * 3 and len({s.sample_id for s in samples}) == len(samples)
-    assert len(needle.make_samples(options, seed=0, limit=1)) == 8
+    assert len(needle.TASK.running.make_samples(options, seed=0, limit=1)) == 8
 
 
 @pytest.mark.parametrize("ctx", [1024, 2048, 4096])
@@ -35,13 +36,13 @@ def test_samples_are_pure_and_unique():
 def test_prompt_fills_budget_and_places_needle_at_depth(backends, ctx, depth):
     sample = needle.make_sample(0, ctx, depth, 4, 2, 0)
     for backend in backends.values():
-        prompt = needle.build_prompt(sample, "noise", backend, ctx - 32, chat_template=False)
+        prompt = needle.build_prompt(sample, backend, ctx - 32, chat_template=False)
         assert 0.99 * ctx <= len(prompt.ids) + 32 <= ctx
         assert abs(prompt.depth_actual - depth) <= 2.0
         tokenizer = backend.tokenizer
-        for (start, end), number in zip(prompt.spans["numbers"], sample.numbers):
+        for (start, end), number in zip(prompt.spans["numbers"], sample.extra["numbers"]):
             assert tokenizer.decode(prompt.ids[start:end]).strip() == number
-        for (start, end), city in zip(prompt.spans["needles"], sample.cities):
+        for (start, end), city in zip(prompt.spans["needles"], sample.extra["cities"]):
             assert city in tokenizer.decode(prompt.ids[start:end])
         h_start, h_end = prompt.spans["haystack"]
         first = prompt.spans["needles"][0][0]
@@ -50,24 +51,25 @@ def test_prompt_fills_budget_and_places_needle_at_depth(backends, ctx, depth):
 
 def test_same_content_across_tokenizers(backends):
     sample = needle.make_sample(0, 2048, 50, 6, 2, 0)
-    prompts = {n: needle.build_prompt(sample, "noise", b, 2048 - 32, False) for n, b in backends.items()}
+    prompts = {n: needle.build_prompt(sample, b, 2048 - 32, False) for n, b in backends.items()}
     texts = {n: backends[n].tokenizer.decode(p.ids, skip_special_tokens=True) for n, p in prompts.items()}
     assert backends["diff"].tokenizer.get_vocab() != backends["base"].tokenizer.get_vocab()
     for text in texts.values():
-        assert all(needle.needle_sentence(c, n) in text for c, n in zip(sample.cities, sample.numbers))
+        needles = zip(sample.extra["cities"], sample.extra["numbers"])
+        assert all(needle.needle_sentence(c, n) in text for c, n in needles)
         assert text.startswith(needle.INSTRUCTION)
-        assert text.endswith(needle.answer_prefix(sample.cities[:2]))
+        assert text.endswith(needle.answer_prefix(sample.extra["cities"][:2]))
 
     # both models cut the same stream: the shorter haystack is a prefix of the longer (needles removed)
     def stream(text):
-        for c, n in zip(sample.cities, sample.numbers):
+        for c, n in zip(sample.extra["cities"], sample.extra["numbers"]):
             text = text.replace(needle.needle_sentence(c, n) + " ", "")
         return text.split("\n\n")[1].split()
 
     short, long = sorted((stream(t) for t in texts.values()), key=len)
     assert long[: len(short)] == short
     # same needle order in both prompts (relative depths do not depend on the tokenizer)
-    orders = [sorted(range(6), key=lambda i: t.index(sample.numbers[i])) for t in texts.values()]
+    orders = [sorted(range(6), key=lambda i: t.index(sample.extra["numbers"][i])) for t in texts.values()]
     assert orders[0] == orders[1]
 
 
@@ -79,8 +81,8 @@ def test_essay_haystack_from_folder_and_json(tmp_path, backends):
     json_file = tmp_path / "essays.json"
     json_file.write_text('{"text": "' + " ".join(f"Json sentence {j} is here." for j in range(400)) + '"}')
     for source in (f"essays:{essays}", f"essays:{json_file}"):
-        sample = needle.make_sample(0, 1024, 50, 1, 1, 0)
-        prompt = needle.build_prompt(sample, source, backends["diff"], 1024 - 32, False)
+        sample = needle.make_sample(0, 1024, 50, 1, 1, 0, source)
+        prompt = needle.build_prompt(sample, backends["diff"], 1024 - 32, False)
         assert 0.99 * 1024 <= len(prompt.ids) + 32 <= 1024
         assert abs(prompt.depth_actual - 50) <= 3.0
     # a stream depends only on the seed, and wraps around a corpus shorter than the context
@@ -103,8 +105,8 @@ def test_paul_graham_essays_haystack(backends):
     folder = Path(__file__).resolve().parents[2] / "shared" / "datasets" / "haystack" / "PaulGrahamEssays"
     if not folder.is_dir():
         pytest.skip(f"{folder} absent: the shared datasets are only on CI and dev machines")
-    sample = needle.make_sample(0, 4096, 25, 2, 1, 0)
-    prompt = needle.build_prompt(sample, f"essays:{folder}", backends["base"], 4096 - 32, False)
+    sample = needle.make_sample(0, 4096, 25, 2, 1, 0, f"essays:{folder}")
+    prompt = needle.build_prompt(sample, backends["base"], 4096 - 32, False)
     assert 0.99 * 4096 <= len(prompt.ids) + 32 <= 4096
     assert abs(prompt.depth_actual - 25) <= 3.0
 
@@ -160,9 +162,10 @@ def test_token_limit_follows_the_answer_in_the_models_tokens(real_models):
     one, four = needle.make_sample(0, 2048, 50, 4, 1, 0), needle.make_sample(0, 2048, 50, 4, 4, 0)
     answer = len(tokenizer.encode(" " + ", ".join(four.expected), special_tokens=False).ids)
     assert needle.token_limit(one, tokenizer, config) == 32
-    assert needle.token_limit(four, tokenizer, config) == answer + 4 * needle.ANSWER_MARGIN_PER_QUERY > 32 + answer
-    prompt, limit = needle.fitted_prompt(four, tokenizer, config)
-    assert 0.99 * 2048 <= len(prompt.ids) + limit <= 2048
+    margin = needle.ANSWER_MARGIN_PER_QUERY
+    assert needle.token_limit(four, tokenizer, config) == answer + 4 * margin > 32 + answer
+    prompt = recipe.fitted_prompt(needle.RECIPE, four, tokenizer, config)
+    assert 0.99 * 2048 <= len(prompt.ids) + needle.token_limit(four, tokenizer, config) <= 2048
     config.max_new_tokens = 20  # --max-new-tokens wins
     assert needle.token_limit(four, tokenizer, config) == 20
 
@@ -176,10 +179,10 @@ def load_tokenizer_for(path):
 def test_generation_stops_at_the_first_blank_line_after_the_answer_begins():
     from diffeval.models.tokenizer import cut_at_stop
 
-    assert cut_at_stop(" 1234567.\n\nNext question", needle.STOP) == " 1234567."
+    assert cut_at_stop(" 1234567.\n\nNext question", STOP) == " 1234567."
     # a real chat model (SmolLM2-135M-Instruct) opens its list of numbers with a blank line
-    assert cut_at_stop("\n\n- 6165250\n- 5464442\n\nThat is all.", needle.STOP) == "\n\n- 6165250\n- 5464442"
-    assert cut_at_stop(" \n\n", needle.STOP) == " \n\n" and cut_at_stop("", needle.STOP) == ""
+    assert cut_at_stop("\n\n- 6165250\n- 5464442\n\nThat is all.", STOP) == "\n\n- 6165250\n- 5464442"
+    assert cut_at_stop(" \n\n", STOP) == " \n\n" and cut_at_stop("", STOP) == ""
 
 
 def test_both_engines_count_new_tokens_through_the_one_that_ends_the_answer(tiny_models):
@@ -190,12 +193,12 @@ def test_both_engines_count_new_tokens_through_the_one_that_ends_the_answer(tiny
     decoder = HFTokenizer(load_tokenizer_for(tiny_models["diff"]))
     prompt = decoder.encode("The number is:").ids
     generated = decoder.encode("\n\n 1234567.\n\nNext question and more", special_tokens=False).ids
-    kept = tokens_through_stop(decoder, prompt, generated, needle.STOP, set())
+    kept = tokens_through_stop(decoder, prompt, generated, STOP, set())
     text = decoder.decode_continuation(prompt, kept, set())
-    assert cut_at_stop(text, needle.STOP) == "\n\n 1234567." and text.endswith("\n\n") and len(kept) < len(generated)
+    assert cut_at_stop(text, STOP) == "\n\n 1234567." and text.endswith("\n\n") and len(kept) < len(generated)
     shorter = decoder.decode_continuation(prompt, kept[:-1], set())
-    assert cut_at_stop(shorter, needle.STOP) == shorter  # one token fewer, and the answer has not ended
-    assert tokens_through_stop(decoder, prompt, generated[:3], needle.STOP, set()) == generated[:3]
+    assert cut_at_stop(shorter, STOP) == shorter  # one token fewer, and the answer has not ended
+    assert tokens_through_stop(decoder, prompt, generated[:3], STOP, set()) == generated[:3]
 
 
 def test_chat_template_prompt_fits_budget(tiny_models):
@@ -205,13 +208,13 @@ def test_chat_template_prompt_fits_budget(tiny_models):
         "{% if add_generation_prompt %} [ASSISTANT] {% endif %}"
     )
     sample = needle.make_sample(0, 1024, 50, 2, 1, 0)
-    prompt = needle.build_prompt(sample, "noise", backend, 1024 - 32, chat_template=True)
+    prompt = needle.build_prompt(sample, backend, 1024 - 32, chat_template=True)
     text = backend.tokenizer.decode(prompt.ids)
     assert text.startswith("<s>[USER] " + needle.INSTRUCTION) and text.count("<s>") == 1
-    assert text.endswith("[/USER] [ASSISTANT] " + needle.answer_prefix(sample.cities[:1]))
+    assert text.endswith("[/USER] [ASSISTANT] " + needle.answer_prefix(sample.extra["cities"][:1]))
     assert 0.99 * 1024 <= len(prompt.ids) + 32 <= 1024
     start, end = prompt.spans["numbers"][0]
-    assert backend.tokenizer.decode(prompt.ids[start:end]).strip() == sample.numbers[0]
+    assert backend.tokenizer.decode(prompt.ids[start:end]).strip() == sample.extra["numbers"][0]
 
 
 def test_chat_template_missing_is_input_error(backends):
@@ -233,12 +236,12 @@ def test_a_batch_holds_at_most_max_batch_tokens_and_decodes_as_alone(backends, m
     gets alone; each Generation says how many prompts shared its forward pass."""
     backend = backends["base"]
     sample = needle.make_sample(0, 1024, 50, 1, 1, 0)
-    ids = needle.build_prompt(sample, "noise", backend, 300, chat_template=False).ids
+    ids = needle.build_prompt(sample, backend, 300, chat_template=False).ids
     prompts = [ids, ids[:-7], list(ids), ids[:-3]]
-    alone = [backend.generate([p], 12, needle.STOP)[0] for p in prompts]
+    alone = [backend.generate([p], 12, STOP)[0] for p in prompts]
     for max_tokens, batches in ((len(ids) - 1, [1, 1, 1, 1]), (2 * len(ids), [2, 2, 2, 2]), (4096, [4, 4, 4, 4])):
         monkeypatch.setattr(HFBackend, "MAX_BATCH_TOKENS", max_tokens)
-        together = backend.generate(prompts, 12, needle.STOP)
+        together = backend.generate(prompts, 12, STOP)
         assert [g.batch for g in together] == batches
         assert [(g.text, g.new_tokens) for g in together] == [(g.text, g.new_tokens) for g in alone]
 
@@ -268,16 +271,16 @@ def test_effective_length_table_and_position_curves(tmp_path):
         for i, ok in enumerate(np.arange(10) < hits)
     ]
     frame = pd.DataFrame(rows)
-    table = needle.effective_length_table(frame, [])
+    table = tables.effective_length_table(frame, [])
     assert table.loc["diff", "effective length"] == "4K" and table.loc["base", "effective length"] == "1K"
     assert table.loc["diff", "base lengths"] == "1K" and table.loc["diff", "threshold"] == 0.85
     assert table.loc["base", "interval low"] == "1K"
     longer = frame[frame["ctx"] > 1024]
-    assert needle.effective_length_table(longer, []).loc["diff", "effective length"] == (
+    assert tables.effective_length_table(longer, []).loc["diff", "effective length"] == (
         "undefined: no records at the base lengths (up to 1K)"
     )
     # given base lengths are never replaced by others: a run that has not reached 1K yet says so
-    assert needle.effective_length_table(longer, [1024]).loc["diff", "effective length"] == (
+    assert tables.effective_length_table(longer, [1024]).loc["diff", "effective length"] == (
         "undefined: no records at the base lengths (1K)"
     )
     frame["length"] = frame["ctx"].map(lengths.format_ctx)

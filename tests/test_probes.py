@@ -15,7 +15,9 @@ from diffeval.errors import InputError
 from diffeval.longctx import fitting, scoring
 from diffeval.models.loading import load_tokenizer
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks import TASKS, cwe, mk_niah, mv_niah, nolima, probe, vt
+from diffeval.tasks import TASKS
+from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, nolima, probes, recipe, vt
+from diffeval.tasks.haystack.samples import ANSWER, DISTRACTOR
 
 PAIR = ["-m", "diff=toy-diff", "-m", "base=toy-base"]
 
@@ -36,12 +38,12 @@ def config_of(options):
 
 def test_samples_are_pure_and_the_needle_haystack_never_repeats_a_needles_key_or_value():
     options = mk_niah.MKNiahOptions(ctx=[2048], depths=[0, 50], samples=2)
-    samples = probe.make_samples_for(mk_niah.RECIPE)(options, 0)
+    samples = recipe.make_samples_for(mk_niah.RECIPE)(options, 0)
     assert len(samples) == 3 * 2 * 2 and len({s.sample_id for s in samples}) == len(samples)
-    assert samples == probe.make_samples_for(mk_niah.RECIPE)(options, 0)
+    assert samples == recipe.make_samples_for(mk_niah.RECIPE)(options, 0)
     first = samples[0]
-    assert first.setting == "multikey_1" and len(first.inserts) == 4 and first.inserts[0].role == probe.ANSWER
-    assert [i.role for i in first.inserts[1:]] == [probe.DISTRACTOR] * 3
+    assert first.setting == "multikey_1" and len(first.inserts) == 4 and first.inserts[0].role == ANSWER
+    assert [i.role for i in first.inserts[1:]] == [DISTRACTOR] * 3
     assert len({i.text.split(" for ")[1].split(" is")[0] for i in first.inserts}) == 4  # distinct keys
     third = next(s for s in samples if s.setting == "multikey_3")
     assert third.haystack == "needles:uuids:uuids" and len(third.inserts) == 1
@@ -59,7 +61,7 @@ def test_mk_niah_fills_the_budget_with_the_answer_at_its_depth(tokenizers, name,
     ctx = 4096 if variant == 3 else 2048
     options = mk_niah.MKNiahOptions(ctx=[ctx], variants=[variant], depths=[50], samples=1)
     sample = mk_niah.make_sample(options, 0, ctx, 50, f"multikey_{variant}", 0)
-    prompt = probe.fitted_prompt(mk_niah.RECIPE, sample, tokenizers[name], config_of(options))
+    prompt = recipe.fitted_prompt(mk_niah.RECIPE, sample, tokenizers[name], config_of(options))
     assert 0.99 * ctx <= len(prompt.ids) + mk_niah.TOKENS_TO_GENERATE <= ctx
     # inserts go in at sentence boundaries: one of Persuasion's sentences can be 4 % of a 2K haystack
     assert abs(prompt.depth_actual - 50) <= (8 if variant == 1 else 3)
@@ -76,7 +78,7 @@ def test_mv_niah_asks_for_every_value_of_one_key(tokenizers):
     sample = mv_niah.make_sample(options, 0, 1024, 0, "values=4", 0)
     assert len(sample.expected) == 4 and len(set(sample.expected)) == 4
     assert len({i.text.split(" is:")[0] for i in sample.inserts}) == 1  # one key
-    prompt = probe.fitted_prompt(mv_niah.RECIPE, sample, tokenizers["llama3"], config_of(options))
+    prompt = recipe.fitted_prompt(mv_niah.RECIPE, sample, tokenizers["llama3"], config_of(options))
     assert "What are all the special magic numbers for" in prompt.text and len(prompt.spans["answers"]) == 4
     assert scoring.score(f"The numbers are {sample.expected[0]} and {sample.expected[2]}.", sample.expected,
                          "ruler") == (0.5, False)  # fmt: skip
@@ -85,7 +87,7 @@ def test_mv_niah_asks_for_every_value_of_one_key(tokenizers):
 def test_vt_keeps_every_chain_in_order_among_distractor_chains(tokenizers):
     options = vt.VTOptions(ctx=[2048], depths=[25], samples=1, chains=3, hops=4)
     sample = vt.make_sample(options, 0, 2048, 25, "chains=3 hops=4", 0)
-    prompt = probe.fitted_prompt(vt.RECIPE, sample, tokenizers["mistral"], config_of(options))
+    prompt = recipe.fitted_prompt(vt.RECIPE, sample, tokenizers["mistral"], config_of(options))
     assert 0.99 * 2048 <= len(prompt.ids) + vt.TOKENS_TO_GENERATE <= 2048
     body = prompt.text[prompt.text.index(vt.INSTRUCTION, len(vt.INSTRUCTION)) :]  # after the one-shot example
     assignments = re.findall(r"VAR ([A-Z]{5}) = (?:VAR ([A-Z]{5})|(\d{5}))", body)
@@ -95,7 +97,7 @@ def test_vt_keeps_every_chain_in_order_among_distractor_chains(tokenizers):
         assert not source or source in defined
         defined.add(name)
     assert len(sample.expected) == 5 and all(len(n) == 5 for n in sample.expected)
-    assert len([i for i in sample.inserts if i.role == probe.DISTRACTOR]) == 10
+    assert len([i for i in sample.inserts if i.role == DISTRACTOR]) == 10
     assert "assgined the value" in prompt.text  # RULER's answer prefix, as it spells it
 
 
@@ -103,7 +105,7 @@ def test_cwe_lists_common_words_at_their_frequency_and_fills_the_budget(tokenize
     for ctx, frequencies in ((2048, (6, 1)), (4096, (30, 3))):
         options = cwe.CWEOptions(ctx=[ctx], samples=1)
         sample = cwe.make_sample(options, 0, ctx, None, options.settings()[0], 0)
-        prompt = probe.fitted_prompt(cwe.RECIPE, sample, tokenizers["llama3"], config_of(options))
+        prompt = recipe.fitted_prompt(cwe.RECIPE, sample, tokenizers["llama3"], config_of(options))
         assert 0.99 * ctx <= len(prompt.ids) + cwe.TOKENS_TO_GENERATE <= ctx
         main = prompt.text[prompt.text.rindex(cwe.HEAD) + len(cwe.HEAD) : prompt.text.rindex("\nQuestion")]
         counts = Counter(re.findall(r"\d+\. (\w+)", main))
@@ -124,7 +126,7 @@ def test_the_nolima_set_has_forty_low_overlap_pairs_and_a_haystack_without_their
     options = nolima.NoLiMaOptions(ctx=[2048], depths=[50], samples=1)
     for setting in nolima.TEMPLATES:
         sample = nolima.make_sample(options, 0, 2048, 50, setting, 0)
-        prompt = probe.fitted_prompt(nolima.RECIPE, sample, tokenizers["llama3"], config_of(options))
+        prompt = recipe.fitted_prompt(nolima.RECIPE, sample, tokenizers["llama3"], config_of(options))
         start, end = prompt.spans["haystack"]
         (needle_start, needle_end), = prompt.spans["inserts"]
         haystack = tokenizers["llama3"].decode(prompt.ids[start:needle_start] + prompt.ids[needle_end:end])
@@ -187,14 +189,14 @@ def test_the_most_that_fits_is_named_and_fits(tokenizers):
     options = mk_niah.MKNiahOptions(ctx=[1024], variants=[1], keys=RESERVED_PAIRS, depths=[0], samples=1)
     sample = mk_niah.make_sample(options, 0, 1024, 0, "multikey_1", 0)
     with pytest.raises(InputError) as refused:
-        probe.fitted_prompt(mk_niah.RECIPE, sample, tokenizers["llama3"], config_of(options))
+        recipe.fitted_prompt(mk_niah.RECIPE, sample, tokenizers["llama3"], config_of(options))
     most = int(re.search(r"holds at most (\d+) keys", str(refused.value)).group(1))
     fewer = mk_niah.MKNiahOptions(ctx=[1024], variants=[1], keys=most, depths=[0], samples=1)
     fitted = mk_niah.make_sample(fewer, 0, 1024, 0, "multikey_1", 0)
-    assert probe.fitted_prompt(mk_niah.RECIPE, fitted, tokenizers["llama3"], config_of(fewer)).ids
+    assert recipe.fitted_prompt(mk_niah.RECIPE, fitted, tokenizers["llama3"], config_of(fewer)).ids
     more = mk_niah.MKNiahOptions(ctx=[1024], variants=[1], keys=most + 1, depths=[0], samples=1)
     with pytest.raises(InputError):
-        probe.fitted_prompt(mk_niah.RECIPE, mk_niah.make_sample(more, 0, 1024, 0, "multikey_1", 0),
+        recipe.fitted_prompt(mk_niah.RECIPE, mk_niah.make_sample(more, 0, 1024, 0, "multikey_1", 0),
                             tokenizers["llama3"], config_of(more))  # fmt: skip
 
 
@@ -260,7 +262,7 @@ def test_distractor_attention_splits_the_answer_from_the_distractors(tmp_path, p
     """On the probe's own samples (the same ids as its runs), for a V1 DIFF, a V2 DIFF and a baseline: every segment
     holds the tokens it should, each map's segment shares add up to its row sum, and the table reports the answer
     against the distractors per map."""
-    from diffeval.tasks import distractor_attention
+    from diffeval.tasks.analyses import distractor_attention
 
     out = tmp_path / probe_name
     models = ["-m", "diff=toy-diff", "-m", "diff2=toy-diff2", "-m", "base=toy-base"]
@@ -313,10 +315,10 @@ def test_the_floor_rule_blanks_a_cell_where_both_models_are_at_the_floor_and_onl
 
     from diffeval.report.tables import floor_reading
 
-    at_floor = floor_reading(pd.Series([0.0, 0.05, 0.0]), pd.Series([0.0, 0.0, 0.1]), probe.FLOOR)
+    at_floor = floor_reading(pd.Series([0.0, 0.05, 0.0]), pd.Series([0.0, 0.0, 0.1]), probes.FLOOR)
     assert all(math.isnan(at_floor[key]) for key in ("difference", "ci_low", "ci_high", "p_value"))
     assert "no difference read" in at_floor["reading"]
-    above = floor_reading(pd.Series([0.0, 0.0, 0.3]), pd.Series([0.0, 0.0, 0.0]), probe.FLOOR)
+    above = floor_reading(pd.Series([0.0, 0.0, 0.3]), pd.Series([0.0, 0.0, 0.0]), probes.FLOOR)
     assert above == {"reading": ""}  # one model above the floor: the paired figures stand
     records = pd.DataFrame({
         "model": ["diff", "base"] * 4, "sample_id": ["a", "a", "b", "b", "c", "c", "d", "d"],

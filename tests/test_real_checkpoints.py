@@ -16,7 +16,9 @@ from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer
-from diffeval.tasks import attention, build_config, icl, needle
+from diffeval.tasks import build_config, icl
+from diffeval.tasks.analyses import attention
+from diffeval.tasks.haystack import needle, recipe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 TOKENIZERS = ("mistral", "llama3")
@@ -101,7 +103,7 @@ def test_attention_answer_rows_and_judge_verdicts_are_tokenized_after_their_prom
     [sample] = attention.TASK.running.make_samples(config.options, config.seed, None, None)
     attention.evaluate([sample], backend, config)
     [(ids, rows)] = backend.attended
-    prompt, _ = needle.fitted_prompt(sample, backend, config)
+    prompt = recipe.fitted_prompt(needle.RECIPE, sample, backend, config)
     assert ids == backend.encode(prompt.text + " " + ", ".join(sample.expected)).ids
     assert rows[0] == len(prompt.ids) - 1 and rows[-1] == len(ids) - 2
 
@@ -149,13 +151,13 @@ def with_extra_eos(backend, source: Path, folder: Path) -> tuple[list[int], list
 
 def test_hf_generation_is_a_plain_argmax_loop_whatever_the_generation_config_asks(backends, real_models):
     config = build_config("needle", {}, {"models": ["a/b"], "ctx": "1k", "depths": "0,50,100", "samples": 2})
-    samples = needle.make_samples(config.options, config.seed)
+    samples = needle.TASK.running.make_samples(config.options, config.seed)
     compared = 0
     for name, backend in backends.items():
         checkpoint = json.loads((real_models[name] / "generation_config.json").read_text())
         assert checkpoint["do_sample"] and checkpoint["repetition_penalty"] == 1.3  # what diffeval must not apply
         for sample in samples:
-            prompt = needle.build_prompt(sample, "noise", backend, sample.ctx - 32, False)
+            prompt = needle.build_prompt(sample, backend, sample.ctx - 32, False)
             [generated] = backend.generate([prompt.ids], 32, [])
             tokens, _ = argmax_loop(backend, prompt.ids, 32, backend.stop_ids)
             text = HFTokenizer(backend.tokenizer).decode_continuation(prompt.ids, tokens, backend.stop_ids)

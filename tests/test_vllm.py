@@ -179,7 +179,7 @@ def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
     ],
 )
 def test_probe_outputs_are_the_same_on_both_backends(tmp_path, task, extra):
-    """The noise probes (tasks/probe.py) on both engines: the same prompts, and greedy outputs compared sample by
+    """The noise probes (tasks/haystack) on both engines: the same prompts, and greedy outputs compared sample by
     sample, as needle's. The DIFF model only: a baseline on vLLM is the needle test's, a probe's prompts do not depend
     on the model's kind, and fitting under other tokenizers is test_probes.py's."""
     depths = [] if task == "cwe" else ["--depths", "0,50"]
@@ -398,11 +398,12 @@ def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation
     """Needle prompts on random weights around Mistral's and Llama-3's tokenizers, whose generation configs ask for
     sampling and a repetition penalty: outputs may differ only where hf's top-2 log-prob gap at the first differing
     token is below 1e-3 (a near-tie either engine may break)."""
-    from diffeval.tasks import build_config, needle
+    from diffeval.tasks import build_config
+    from diffeval.tasks.haystack import needle
     from test_real_checkpoints import argmax_loop
 
     config = build_config("needle", {}, {"models": ["a/b"], "ctx": "1k", "depths": "0,50,100", "samples": 2})
-    samples = needle.make_samples(config.options, config.seed)
+    samples = needle.TASK.running.make_samples(config.options, config.seed)
     settings = EngineSettings(
         device="cpu", dtype="float32", max_model_len=1024, batch_size=8, options=VLLMOptions(enforce_eager=True)
     )
@@ -411,7 +412,7 @@ def test_real_checkpoints_decode_alike_on_both_engines_whatever_their_generation
         spec = ModelSpec(name, str(path))
         hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
         assert hf.stop_ids == set(vllm.stop_ids)
-        prompts = [needle.build_prompt(s, "noise", hf, s.ctx - 32, False).ids for s in samples]
+        prompts = [needle.build_prompt(s, hf, s.ctx - 32, False).ids for s in samples]
         for prompt, ours, theirs in zip(prompts, hf.generate(prompts, 32, []), vllm.generate(prompts, 32, [])):
             compared += 1
             if ours.text == theirs.text:

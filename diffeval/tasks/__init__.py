@@ -10,23 +10,10 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from diffeval.config import RunConfig
-from diffeval.tasks import (
-    attention,
-    cwe,
-    distractor_attention,
-    hallucination,
-    icl,
-    mk_niah,
-    mv_niah,
-    needle,
-    nll,
-    nolima,
-    outliers,
-    quantize,
-    vt,
-    zeroshot,
-)
+from diffeval.tasks import hallucination, icl, nll, outliers, quantize, zeroshot
+from diffeval.tasks.analyses import attention, distractor_attention
 from diffeval.tasks.base import Task, configure, registry
+from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, needle, nolima, vt
 
 
 def _plugins() -> list[Task]:

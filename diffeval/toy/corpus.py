@@ -17,7 +17,7 @@ from importlib import resources
 
 from diffeval.data.cities import CITIES
 from diffeval.data.haystack import NOISE_SENTENCES
-from diffeval.tasks.needle import INSTRUCTION, answer_prefix, needle_sentence, question
+from diffeval.tasks.haystack.needle import INSTRUCTION, answer_prefix, needle_sentence, question
 
 _DATA = resources.files("diffeval.toy") / "data"
 

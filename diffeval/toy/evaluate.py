@@ -10,7 +10,8 @@ from diffeval.longctx.scoring import score
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import LoadedModel, describe
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks.needle import STOP, build_prompt, make_sample
+from diffeval.tasks.haystack.needle import build_prompt, make_sample
+from diffeval.tasks.haystack.recipe import STOP
 from diffeval.toy.corpus import VALIDATION_PLACES
 
 VALIDATION_SEED = 7919
@@ -30,10 +31,10 @@ def needle_accuracy(
     total, count = 0.0, 0
     for depth in DEPTHS:
         samples = [
-            make_sample(VALIDATION_SEED, ctx, depth, needles, queries, i, cities=VALIDATION_PLACES)
+            make_sample(VALIDATION_SEED, ctx, depth, needles, queries, i, haystack, cities=VALIDATION_PLACES)
             for i in range(samples_per_depth)
         ]
-        prompts = [build_prompt(s, haystack, backend, ctx - MAX_NEW_TOKENS, chat_template=False) for s in samples]
+        prompts = [build_prompt(s, backend, ctx - MAX_NEW_TOKENS, chat_template=False) for s in samples]
         outputs = backend.generate([p.ids for p in prompts], MAX_NEW_TOKENS, STOP)
         for sample, output in zip(samples, outputs, strict=True):
             total += score(output.text, sample.expected)[0]

@@ -1,6 +1,6 @@
 """Common-words extraction (RULER's cwe): aggregation over a long numbered list of words.
 
-Recipe (the rest is tasks/probe.py):
+Recipe (the rest is the haystack family's machinery, diffeval/tasks/haystack):
 1. sample: `--common` words (10) that appear `C` times each and as many other words as fit, `R` times each, in one
    shuffled numbered list "1. harbour 2. gentle 3. ...". RULER's frequencies (`--frequencies ruler`): C = 30, R = 3
    from 4K on; C = 6, R = 1 below 4K, where 300 entries would not fit. Words come from the shipped novel's vocabulary
@@ -21,7 +21,11 @@ from diffeval.config import option
 from diffeval.data.words import vocabulary
 from diffeval.errors import InputError
 from diffeval.longctx import fitting
-from diffeval.tasks import probe
+from diffeval.tasks.haystack import samples
+from diffeval.tasks.haystack.options import HaystackOptions
+from diffeval.tasks.haystack.probes import probe_task
+from diffeval.tasks.haystack.recipe import Recipe
+from diffeval.tasks.haystack.samples import HaystackPrompt
 
 TOKENS_TO_GENERATE = 120  # RULER's cwe tokens_to_generate
 RULER_SHORT = 4096  # below this RULER uses its short frequencies
@@ -38,7 +42,7 @@ def answer_prefix(common: int) -> str:
 
 
 @dataclass(frozen=True)
-class CWEOptions(probe.ProbeOptions):
+class CWEOptions(HaystackOptions):
     """RULER's common-words extraction: how many words are common and how often words appear."""
 
     common: int = option(10, help="words that appear most often; all are asked for (RULER: 10)")
@@ -90,12 +94,12 @@ def example(rng: random.Random, ctx: int, common: int) -> str:
 
 
 def make_sample(options: CWEOptions, seed: int, ctx: int, depth, setting: str, index: int):
-    key = probe.cell_key(seed, ctx, None, setting, index)
-    rng = probe.sample_rng("cwe", key)
+    key = samples.cell_key(seed, ctx, None, setting, index)
+    rng = samples.sample_rng("cwe", key)
     words = list(vocabulary())
     rng.shuffle(words)  # the first `common` are the common words, then the others in the order a fit takes them
     head = example(rng, ctx, options.common) + HEAD
-    return probe.new_sample(
+    return samples.new_sample(
         "cwe", key, ctx=ctx, depth=None, setting=setting, seed=seed, index=index, head=head,
         tail=question(options.common), answer_prefix=answer_prefix(options.common), inserts=[],
         expected=words[: options.common], haystack="", haystack_seed=0, token_limit=TOKENS_TO_GENERATE,
@@ -111,7 +115,7 @@ def _render(sample, rare: int, backend, chat_template: bool) -> tuple[str, list[
     return text, entries, text.index(sample.head) + len(sample.head)
 
 
-def fit(sample, backend, budget: int, chat_template: bool, refusal: str) -> probe.ProbePrompt:
+def fit(sample, backend, budget: int, chat_template: bool, refusal: str) -> HaystackPrompt:
     """The most other words whose list fits `budget` tokens of this model."""
     encodings = {}
 
@@ -136,7 +140,7 @@ def fit(sample, backend, budget: int, chat_template: bool, refusal: str) -> prob
         if word in common:
             answers.append(list(to_tokens.span(at, at + len(word))))
         cursor = at + len(word)
-    return probe.ProbePrompt(
+    return HaystackPrompt(
         ids=encoding.ids,
         text=text,
         offsets=encoding.offsets,
@@ -156,7 +160,7 @@ def most_that_fits(options: CWEOptions, sample, backend, budget, chat_template) 
     return "no common word at this frequency (--frequencies)"
 
 
-def pieces(prompt: probe.ProbePrompt, sample, whole: bool) -> list:
+def pieces(prompt: HaystackPrompt, sample, whole: bool) -> list:
     """The prompt with every occurrence of a common word marked; the other words are the distractors."""
     from diffeval.tasks.blocks import Mark
 
@@ -172,13 +176,13 @@ def pieces(prompt: probe.ProbePrompt, sample, whole: bool) -> list:
     return [piece for piece in out if piece != ""]
 
 
-RECIPE = probe.Recipe(name="cwe", make_sample=make_sample, most_that_fits=most_that_fits, fit=fit, has_depth=False,
+RECIPE = Recipe(name="cwe", make_sample=make_sample, most_that_fits=most_that_fits, fit=fit, has_depth=False,
                       pieces=pieces)  # fmt: skip
-TASK = probe.probe_task(
+TASK = probe_task(
     RECIPE,
     CWEOptions,
     help="Common-words extraction: the most frequent words of a long list (RULER's cwe).",
     note="score = RULER's string_match_all: the fraction of the common words found in the output, any case; every "
     "other word of the list is a distractor",
-    token_limit=lambda options: TOKENS_TO_GENERATE,
+    token_limit=TOKENS_TO_GENERATE,
 )

@@ -8,35 +8,45 @@ Recipe:
 4. segments: answer (the queried numbers' tokens, or whole queried needles with `span=needle`), needles (every other
    needle token), noise (haystack outside the needles), scaffold (instruction, question, answer prefix, chat template,
    teacher-forced answer tokens) and sink (the first token). The five shares add up to the row sum.
-5. maps: a baseline has one softmax map per head. A DIFF model reports map 1, map 2 and the differential map
-   A1 − λ·A2 (λ of the layer), whose rows sum to 1 − λ. Shares are given raw and divided by the row sum.
-   The headline number (set beside the paper's) is the raw share of the differential map for DIFF models and of the
-   softmax map for baselines, averaged over heads (the H/2 differential heads for DIFF) and layers.
+5. maps (shares.py): a baseline's softmax map; a DIFF model's map 1, map 2 and the differential map A1 − λ·A2, whose
+   rows sum to 1 − λ. Shares are given raw and divided by the row sum. The headline number (set beside the paper's)
+   is the raw share of the headline map, averaged over heads (the H/2 differential heads for DIFF) and layers.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from diffeval.config import option
 from diffeval.errors import InputError
 from diffeval.longctx.lengths import format_ctx, parse_format_ctx
-from diffeval.models import variants
 from diffeval.models.backend import Backend
 from diffeval.models.tokenizer import encode_in_context
 from diffeval.paper import TABLE3
 from diffeval.records import MayBeAbsent, Record
-from diffeval.tasks import needle
-from diffeval.tasks.base import Listing, Reporting, Running, Scoring, Task, Viewing, with_cells, with_rows
+from diffeval.tasks.analyses.shares import (
+    HEADLINE_MAP,
+    MAPS_SCHEMA,
+    SEGMENTS,
+    SEGMENTS_TITLE,
+    check_capturable,
+    mean,
+    measure,
+    sample_view,
+    segments_out,
+)
+from diffeval.tasks.base import Listing, Reporting, RunContext, Running, Scoring, Task, Viewing, with_cells, with_rows
+from diffeval.tasks.haystack import needle
+from diffeval.tasks.haystack.recipe import check_haystack, fitted_prompt, make_samples_for, sizing_for
+from diffeval.tasks.haystack.samples import HaystackPrompt, HaystackSample
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
 
-SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
-HEADLINE_MAP = {True: "diff", False: "softmax"}
+    from diffeval.models.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -59,7 +69,7 @@ class AttentionOptions(needle.NeedleOptions):
             raise InputError(f"bad --span {self.span!r}: use answer or needle")
 
 
-def segment_ids(prompt: needle.NeedlePrompt, length: int, queries: int, span: str) -> list[int]:
+def segment_ids(prompt: HaystackPrompt, length: int, queries: int, span: str) -> list[int]:
     """The segment index of every token position of the (possibly answer-extended) prompt."""
     ids = [SEGMENTS.index("scaffold")] * length
     h_start, h_end = prompt.spans["haystack"]
@@ -73,78 +83,43 @@ def segment_ids(prompt: needle.NeedlePrompt, length: int, queries: int, span: st
     return ids
 
 
-def evaluate(batch: list[needle.NeedleSample], backend: Backend, config) -> list[Record]:
-    options = config.options
+def evaluate(batch: list[HaystackSample], backend: Backend, context: RunContext[AttentionOptions]) -> list[Record]:
+    options = context.options
     records = []
     for sample in batch:
         start = time.perf_counter()
-        prompt, _ = needle.fitted_prompt(sample, backend, config)  # the needle task's prompt: its spans match its runs
+        prompt = fitted_prompt(needle.RECIPE, sample, backend, context)  # the needle task's: its spans match its runs
         ids = list(prompt.ids)
         rows = [len(ids) - 1]
         if options.rows == "answer":
             # the answer is tokenized after the prompt, as the model reads it; where its first token merges with the
             # prompt's last, the rows start at the last token both share
-            extended = encode_in_context(backend, prompt.text, [" " + ", ".join(sample.expected)])
+            extended = encode_in_context(cast("Tokenizer", backend), prompt.text, [" " + ", ".join(sample.expected)])
             ids = extended.prefix + extended.tails[0]
             rows = list(range(len(extended.prefix) - 1, len(ids) - 1))
-        shares, row_lambdas = backend.attention_rows(
-            ids, rows, segment_ids(prompt, len(ids), sample.queries, options.span), len(SEGMENTS)
-        )
-        maps = per_map_shares(shares, backend.info, row_lambdas)
-        headline = maps[HEADLINE_MAP[backend.info.is_diff]]
-        fields = asdict(sample)
-        for key in ("sample_id", "haystack_seed"):
-            fields.pop(key)
-        fields = {"is_diff": backend.info.is_diff, **fields}
-        fields.update(
-            rows=rows,
-            span=options.span,
-            answer_share=_mean(headline["answer"]),
-            noise_share=_mean(headline["noise"]),
-            answer_share_normalized=_mean(headline["answer"]) / _mean(headline["row_sum"]),
-            noise_share_normalized=_mean(headline["noise"]) / _mean(headline["row_sum"]),
-            shares=maps,
-        )
+        segments = segment_ids(prompt, len(ids), len(sample.expected), options.span)
+        maps, headline = measure(backend, ids, rows, segments)
+        fields = {
+            "is_diff": backend.info.is_diff,
+            **needle.sample_fields(sample),
+            "rows": rows,
+            "span": options.span,
+            "answer_share": mean(headline["answer"]),
+            "noise_share": mean(headline["noise"]),
+            "answer_share_normalized": mean(headline["answer"]) / mean(headline["row_sum"]),
+            "noise_share_normalized": mean(headline["noise"]) / mean(headline["row_sum"]),
+            "shares": maps,
+        }
         seconds = time.perf_counter() - start
         records.append(Record("attention", backend.info.name, sample.sample_id, len(prompt.ids), 0, seconds, fields))
     return records
 
 
-def per_map_shares(shares, info, row_lambdas=None) -> dict[str, dict[str, list[float]]]:
-    """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}.
-    A DIFF model's maps split as its variant pairs heads (models/variants.py), with the layer's λ (V1: heads i and
-    i + H/2) or each row's (V2: adjacent query heads)."""
-    variant = variants.by_name(info.diff_variant) if info.is_diff else None
-    if info.is_diff and variant is None:
-        raise InputError(
-            f"model {info.name} is declared DIFF (:diff) but is no variant diffeval knows, so its maps cannot be split "
-            "into A1 and A2: run the attention analysis on it as :base, or add its variant (docs/contributing.md)"
-        )
-    split = variant.code(variant.split_maps) if variant else None
-    per_layer_maps = []
-    for layer, layer_shares in enumerate(shares):
-        if split is None:
-            per_layer_maps.append({"softmax": layer_shares})
-        elif variant.lambda_form == variants.PER_TOKEN:
-            per_layer_maps.append(split(layer_shares, row_lambdas[layer]))
-        else:
-            per_layer_maps.append(split(layer_shares, info.lambdas[layer]["lambda"]))
-    out: dict[str, dict[str, list[float]]] = {}
-    for name in per_layer_maps[0]:
-        means = [maps[name].mean(axis=(0, 1)) for maps in per_layer_maps]  # (segments,) per layer
-        out[name] = {seg: [round(float(m[i]), 8) for m in means] for i, seg in enumerate(SEGMENTS)}
-        out[name]["row_sum"] = [round(float(m.sum()), 8) for m in means]
-    return out
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
-
-
-def tables(records: pd.DataFrame, options: AttentionOptions, paper: bool = True) -> dict[str, pd.DataFrame]:
+def attention_tables(records: pd.DataFrame, options: AttentionOptions, paper: bool = True) -> dict[str, pd.DataFrame]:
     """Table 3 always carries the paper's rows: the issue's headline comparison (see the module docstring). The
     tables read no option."""
     import pandas as pd
+
 
     frame = records.assign(length=records["ctx"].map(format_ctx))
     multi_length = frame["length"].nunique() > 1
@@ -168,8 +143,7 @@ def tables(records: pd.DataFrame, options: AttentionOptions, paper: bool = True)
         if not suffix and not multi_length:  # the headline raw shares, beside the paper's Table 3
             table = with_rows(table, _paper_rows(sorted(frame["depth"].unique())))
         out[f"table3_{label}"] = with_cells(table.round(3), row_cells, column_cells)
-    segments = segment_table(frame)
-    out["segments"] = with_cells(segments, [{"model": m} for m, _ in segments.index], [{}] * segments.shape[1])
+    out["segments"] = segments_out(frame)
     per_layer = _per_layer_table(frame)
     out["per_layer"] = with_cells(per_layer, [{}] * len(per_layer), [{"model": m} for m in frame["model"].unique()])
     return out
@@ -178,6 +152,7 @@ def tables(records: pd.DataFrame, options: AttentionOptions, paper: bool = True)
 def _paper_rows(depths: list[int]) -> pd.DataFrame:
     import pandas as pd
 
+
     rows = {
         model: {f"{segment} {d}%": values[segment].get(d) for segment in ("answer", "noise") for d in depths}
         for model, values in TABLE3.items()
@@ -185,25 +160,10 @@ def _paper_rows(depths: list[int]) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index")
 
 
-def segment_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Mean raw and normalised share of every segment, per model and map."""
-    import pandas as pd
-
-    rows = []
-    for model, group in frame.groupby("model", sort=False):
-        for name in group["shares"].iloc[0]:
-            per_sample = [{k: _mean(v) for k, v in shares[name].items()} for shares in group["shares"]]
-            means = pd.DataFrame(per_sample).mean()
-            row = {"model": model, "map": name, "row_sum": means["row_sum"]}
-            row.update({f"{seg} raw": means[seg] for seg in SEGMENTS})
-            row.update({f"{seg} normalised": means[seg] / means["row_sum"] for seg in SEGMENTS})
-            rows.append(row)
-    return pd.DataFrame(rows).set_index(["model", "map"]).round(4)
-
-
 def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Raw answer share of the headline map per layer (rows = layers, columns = models)."""
     import pandas as pd
+
 
     columns = {}
     for model, group in frame.groupby("model", sort=False):
@@ -239,41 +199,6 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     return [bars, curves]
 
 
-SEGMENT_COLOURS = {  # the viewer's chart colours
-    "answer": "#d62728", "needles": "#ff7f0e", "noise": "#7f7f7f", "scaffold": "#1f77b4", "sink": "#9467bd",
-}  # fmt: skip
-
-
-def sample_view(config, records: dict[str, dict], tokenizer_for, full_text: bool | None):
-    """For `diffeval view`: per model, a chart per attention map of every segment's share, layer by layer, from the
-    records alone."""
-    from diffeval.tasks.blocks import Chart, Document, Section, Series
-
-    sections = []
-    for model, record in records.items():
-        charts = []
-        for name, shares in (record.get("shares") or {}).items():
-            layers = len(shares["answer"])
-            series = [Series(segment, shares[segment], SEGMENT_COLOURS[segment]) for segment in SEGMENTS]
-            charts.append(Chart([f"L{i}" for i in range(layers)], series, title=name, model=model))
-        rows = ", ".join(str(r) for r in record.get("rows") or [])
-        title = f"{model}: attention shares per layer, query rows {rows}"
-        sections.append(Section(charts, title=title, model=model))
-    return Document(sections)
-
-
-def check_inputs(config) -> None:
-    """Before any work: the haystack reads, and every model's architecture is one the analysis can capture."""
-    from diffeval.models.capture import check_supported
-    from diffeval.models.loading import load_config
-
-    needle.check_inputs(config)
-    for spec in config.models:
-        check_supported(load_config(spec, config.trust_remote_code).model_type)
-
-
-# every map's per-layer shares of every segment, as the segment table, per-layer table and view read them
-MAP_SHARES = {segment: list[float] for segment in (*SEGMENTS, "row_sum")}
 RECORD_SCHEMA = {
     "is_diff": bool,
     "ctx": int,
@@ -284,9 +209,14 @@ RECORD_SCHEMA = {
     "noise_share": float,
     "answer_share_normalized": float,
     "noise_share_normalized": float,
-    "shares": dict[str, MAP_SHARES],
+    "shares": MAPS_SCHEMA,
     "rows": MayBeAbsent(list[int]),  # the view's title
 }
+
+
+def sizing(samples: list[HaystackSample], tokenizer: Any, context: RunContext[Any]) -> tuple[int, int]:
+    """The needle task's prompt tokens, and no generation."""
+    return sizing_for(needle.RECIPE)(samples, tokenizer, context)[0], 0
 
 
 TASK = Task(
@@ -295,19 +225,19 @@ TASK = Task(
     options=AttentionOptions,
     run_options=("chat_template", "max_new_tokens"),
     running=Running(
-        make_samples=needle.make_samples,
+        make_samples=make_samples_for(needle.RECIPE),
         evaluate=evaluate,
         needs=frozenset({"attention_rows"}),
         budget=needle.budget,  # the needle task's prompt, fitted beside the needle's answer limit
-        check_inputs=check_inputs,
-        sizing=lambda samples, tokenizer, config: (needle.sizing(samples, tokenizer, config)[0], 0),  # no generation
+        check_inputs=lambda context: check_capturable(context, lambda: check_haystack(context)),
+        sizing=sizing,
     ),
     reporting=Reporting(
-        tables=tables,
+        tables=attention_tables,
         titles={
             "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
             "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",
-            "segments": "Share of every segment per map (raw and / row sum)",
+            "segments": SEGMENTS_TITLE,
             "per_layer": "Attention to answer per layer (raw, headline map)",
         },
         note=(

@@ -1,6 +1,6 @@
 """Needles with little literal overlap with their question (after NoLiMa, Modarressi et al. 2025).
 
-Recipe (the rest is tasks/probe.py):
+Recipe (the rest is the haystack family's machinery, diffeval/tasks/haystack):
 1. needle set: pairs of a needle ("Actually, {character} lives next to the Semper Opera House.") and a question that
    reaches it by one hop of association, not by shared words ("Which character has been to Dresden?"), each with a
    direct and an inverted template (the character first, or the fact first). diffeval ships 42 pairs written for
@@ -27,14 +27,17 @@ from typing import TYPE_CHECKING
 
 from diffeval.config import option
 from diffeval.errors import InputError
-from diffeval.tasks import probe
 from diffeval.tasks.base import with_cells
+from diffeval.tasks.haystack import samples
+from diffeval.tasks.haystack.options import DepthOptions
+from diffeval.tasks.haystack.probes import probe_task
+from diffeval.tasks.haystack.recipe import Recipe, check_haystack
 
 if TYPE_CHECKING:
     import pandas as pd
 
 TOKENS_TO_GENERATE = 32
-SHIPPED = Path(__file__).parent.parent / "data" / "needle_sets" / "nolima-diffeval.json"
+SHIPPED = Path(__file__).parents[2] / "data" / "needle_sets" / "nolima-diffeval.json"
 TEMPLATES = ("direct", "inverted")
 HEAD = "You will answer a question based on the following book snippet:\n\n"
 STOP_WORDS = frozenset(
@@ -121,7 +124,7 @@ def _problem(data) -> str | None:
 
 
 @dataclass(frozen=True)
-class NoLiMaOptions(probe.DepthOptions):
+class NoLiMaOptions(DepthOptions):
     """Low-literal-overlap needles: the templates run, the needle set, the haystack."""
 
     templates: list[str] = option(
@@ -144,17 +147,17 @@ class NoLiMaOptions(probe.DepthOptions):
 
 def make_sample(options: NoLiMaOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
     needles = load_needle_set(options.needle_set)
-    key = probe.cell_key(seed, ctx, depth, setting, index) + f"|set={needles.digest}|haystack={options.haystack}"
+    key = samples.cell_key(seed, ctx, depth, setting, index) + f"|set={needles.digest}|haystack={options.haystack}"
     order = list(range(len(needles.pairs)))
     random.Random(f"nolima-order|{seed}|{ctx}|{depth}|{setting}").shuffle(order)
     pair = needles.pairs[order[index % len(order)]]
-    rng = probe.sample_rng("nolima", key)
+    rng = samples.sample_rng("nolima", key)
     character = rng.choice(needles.characters)
     needle = pair[setting].replace("{character}", character)
-    return probe.new_sample(
+    return samples.new_sample(
         "nolima", key, ctx=ctx, depth=depth, setting=setting, seed=seed, index=index, head=HEAD,
         tail=tail(pair["question"]), answer_prefix=ANSWER_PREFIX,
-        inserts=[probe.Insert(float(depth), needle, probe.ANSWER, [character])], expected=[character],
+        inserts=[samples.Insert(float(depth), needle, samples.ANSWER, [character])], expected=[character],
         haystack=options.haystack, haystack_seed=rng.randrange(2**31), token_limit=TOKENS_TO_GENERATE,
         exclude=[character, *pair["keywords"]], record_fields={"pair": pair["id"]},
     )  # fmt: skip
@@ -184,16 +187,16 @@ def needle_set_table(records: pd.DataFrame, options: NoLiMaOptions) -> pd.DataFr
                       + [{"model": m} for m in scores.columns])  # fmt: skip
 
 
-RECIPE = probe.Recipe(name="nolima", make_sample=make_sample, most_that_fits=most_that_fits)
-TASK = probe.probe_task(
+RECIPE = Recipe(name="nolima", make_sample=make_sample, most_that_fits=most_that_fits)
+TASK = probe_task(
     RECIPE,
     NoLiMaOptions,
     help="Needles with low literal overlap with their question (after NoLiMa).",
     note="score = 1 when the output names the needle's character (any case), else 0; the haystack holds no sentence "
     "naming the character or the pair's keywords; overlap = the share of the question's content words the needle "
     "holds",
-    token_limit=lambda options: TOKENS_TO_GENERATE,
-    check_inputs=probe.check_haystack,
+    token_limit=TOKENS_TO_GENERATE,
+    check_inputs=check_haystack,
     titles={"needle_set": "Needle set: each pair's literal overlap with its question, and each model's mean score"},
     extra_tables={"needle_set": needle_set_table},
     extra_schema={"pair": str},

@@ -4,11 +4,11 @@ Recipe:
 1. samples: a probe's own samples (`--probe mk-niah`: RULER's multi-key needles; `--probe vt`: variable tracking with
    distractor chains), built by its recipe with the same seed, so the prompts and token spans are those of its runs.
 2. rows: the last prompt token (it predicts the first answer token).
-3. segments (attention.SEGMENTS): answer = the sentences that hold the answer (the needle asked for; the asked
+3. segments (shares.SEGMENTS): answer = the sentences that hold the answer (the needle asked for; the asked
    chain's assignments), needles = the distractors' sentences (the other keys' needles, a haystack made of needles,
    the other chains), noise = the rest of the haystack, scaffold = instruction, example, question and answer prefix,
    sink = the first token. Whole sentences on both sides, so the two shares compare like with like.
-4. backend: per layer and head, the softmax weight each segment receives in that row (attention.per_map_shares): a
+4. backend: per layer and head, the softmax weight each segment receives in that row (shares.per_map_shares): a
    baseline's one map; a DIFF model's map 1, map 2 and the differential map A1 − λ·A2 of its variant.
 5. report: per model and map, the share on the answer against the share on the distractors, in total and per token,
    by length and setting; the differential map should put less on the distractors than either of its maps.
@@ -20,15 +20,38 @@ import time
 from collections import Counter
 from dataclasses import dataclass, replace
 from statistics import fmean
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from diffeval.config import int_list, option
 from diffeval.errors import InputError
 from diffeval.longctx.lengths import format_ctx, parse_format_ctx
 from diffeval.models.backend import Backend
 from diffeval.records import MayBeAbsent, Record
-from diffeval.tasks import attention, mk_niah, probe, vt
-from diffeval.tasks.base import ContextBudget, Listing, Reporting, Running, Scoring, Task, Viewing, with_cells
+from diffeval.tasks.analyses.shares import (
+    MAPS_SCHEMA,
+    SEGMENTS,
+    SEGMENTS_TITLE,
+    check_capturable,
+    measure,
+    sample_view,
+    segments_out,
+)
+from diffeval.tasks.base import (
+    ContextBudget,
+    Listing,
+    Reporting,
+    RunContext,
+    Running,
+    Scoring,
+    Task,
+    Viewing,
+    with_cells,
+)
+from diffeval.tasks.haystack import mk_niah, vt
+from diffeval.tasks.haystack.options import DepthOptions
+from diffeval.tasks.haystack.probes import MIN_PROMPT_TOKENS
+from diffeval.tasks.haystack.recipe import Recipe, check_fits_with, fitted_prompt, make_samples_for
+from diffeval.tasks.haystack.samples import ANSWER, HaystackPrompt, HaystackSample
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,7 +60,7 @@ PROBES = {"mk-niah": mk_niah, "vt": vt}  # the probes whose samples hold distrac
 
 
 @dataclass(frozen=True)
-class DistractorAttentionOptions(probe.DepthOptions):
+class DistractorAttentionOptions(DepthOptions):
     """Attention to the answer and to the distractors, on mk-niah's or vt's samples."""
 
     samples: int = option(10, help="samples per length × depth × setting cell", identity=False)
@@ -50,9 +73,11 @@ class DistractorAttentionOptions(probe.DepthOptions):
     chains: int = option(3, help="vt: chains, the first asked for, the others distractors (at least 2)")
     hops: int = option(4, help="vt: assignments after a chain's first")
 
-    def probe_options(self):
+    def probe_options(self) -> mk_niah.MKNiahOptions | vt.VTOptions:
         """The probe's own options, as its runs would take them."""
-        shared = {"ctx": self.ctx, "samples": self.samples, "base_lengths": self.base_lengths, "depths": self.depths}
+        shared: dict[str, Any] = {
+            "ctx": self.ctx, "samples": self.samples, "base_lengths": self.base_lengths, "depths": self.depths
+        }
         if self.probe == "mk-niah":
             return mk_niah.MKNiahOptions(**shared, variants=self.variants, keys=self.keys, haystack=self.haystack)
         return vt.VTOptions(**shared, chains=self.chains, hops=self.hops)
@@ -68,44 +93,45 @@ class DistractorAttentionOptions(probe.DepthOptions):
         self.probe_options().validate()
 
 
-def probe_config(config):
-    return replace(config, options=config.options.probe_options())
+def probe_context(context: RunContext[DistractorAttentionOptions]) -> RunContext[Any]:
+    """The run's context as the probe's own runs see it: with the probe's options."""
+    general: RunContext[Any] = context
+    return replace(general, options=context.options.probe_options())
 
 
-def recipe_of(options) -> probe.Recipe:
+def recipe_of(options: DistractorAttentionOptions) -> Recipe:
     return PROBES[options.probe].RECIPE
 
 
-def make_samples(options, seed: int, limit: int | None = None, prepared=None) -> list:
-    return probe.make_samples_for(recipe_of(options))(options.probe_options(), seed, limit)
+def make_samples(options: DistractorAttentionOptions, seed: int, limit: int | None = None,
+                 prepared: Any = None) -> list[HaystackSample]:  # fmt: skip
+    return make_samples_for(recipe_of(options))(options.probe_options(), seed, limit)
 
 
-def segment_ids(prompt: probe.ProbePrompt, sample: probe.ProbeSample) -> list[int]:
+def segment_ids(prompt: HaystackPrompt, sample: HaystackSample) -> list[int]:
     """The segment of every prompt position (see the module's recipe, step 3)."""
-    index = attention.SEGMENTS.index
+    index = SEGMENTS.index
     ids = [index("scaffold")] * len(prompt.ids)
     start, end = prompt.spans["haystack"]
     haystack = "needles" if sample.haystack.startswith("needles:") else "noise"  # a haystack made of needles
     ids[start:end] = [index(haystack)] * (end - start)
     for (start, end), insert in zip(prompt.spans["inserts"], sample.inserts):
-        segment = "answer" if insert.role == probe.ANSWER else "needles"
+        segment = "answer" if insert.role == ANSWER else "needles"
         ids[start:end] = [index(segment)] * (end - start)
     ids[0] = index("sink")
     return ids
 
 
-def evaluate(batch: list[probe.ProbeSample], backend: Backend, config) -> list[Record]:
-    recipe, inner = recipe_of(config.options), probe_config(config)
+def evaluate(batch: list[HaystackSample], backend: Backend,
+             context: RunContext[DistractorAttentionOptions]) -> list[Record]:  # fmt: skip
+    recipe, inner = recipe_of(context.options), probe_context(context)
     records = []
     for sample in batch:
         start = time.perf_counter()
-        prompt = probe.fitted_prompt(recipe, sample, backend, inner)
+        prompt = fitted_prompt(recipe, sample, backend, inner)
         segments = segment_ids(prompt, sample)
-        shares, row_lambdas = backend.attention_rows(prompt.ids, [len(prompt.ids) - 1], segments,
-                                                     len(attention.SEGMENTS))  # fmt: skip
-        maps = attention.per_map_shares(shares, backend.info, row_lambdas)
-        tokens = Counter(attention.SEGMENTS[s] for s in segments)
-        headline = maps[attention.HEADLINE_MAP[backend.info.is_diff]]
+        maps, headline = measure(backend, prompt.ids, [len(prompt.ids) - 1], segments)
+        tokens = Counter(SEGMENTS[s] for s in segments)
         fields = {
             "is_diff": backend.info.is_diff,
             "diff_variant": backend.info.diff_variant,
@@ -115,7 +141,7 @@ def evaluate(batch: list[probe.ProbeSample], backend: Backend, config) -> list[R
             "setting": sample.setting,
             "seed": sample.seed,
             "index": sample.index,
-            "tokens": {segment: tokens.get(segment, 0) for segment in attention.SEGMENTS},
+            "tokens": {segment: tokens.get(segment, 0) for segment in SEGMENTS},
             "answer_share": fmean(headline["answer"]),
             "distractor_share": fmean(headline["needles"]),
             "noise_share": fmean(headline["noise"]),
@@ -127,7 +153,8 @@ def evaluate(batch: list[probe.ProbeSample], backend: Backend, config) -> list[R
     return records
 
 
-def tables(records: pd.DataFrame, options, paper: bool = False) -> dict[str, pd.DataFrame]:
+def distractor_tables(records: pd.DataFrame, options: DistractorAttentionOptions,
+                      paper: bool = False) -> dict[str, pd.DataFrame]:  # fmt: skip
     """Per model and map: the shares on the answer, the distractors and the noise, in total and per token, by length
     and setting; and every segment's share per map (attention's segment table)."""
     import pandas as pd
@@ -153,31 +180,27 @@ def tables(records: pd.DataFrame, options, paper: bool = False) -> dict[str, pd.
             cells.append({"model": model, "ctx": parse_format_ctx(length), "setting": setting})
     table = pd.DataFrame(rows).set_index(["model", "variant", "map", "length", "setting"])
     out = {"answer_vs_distractors": with_cells(table.round(4), cells, [{}] * table.shape[1])}
-    segments = attention.segment_table(frame)
-    out["segments"] = with_cells(segments, [{"model": m} for m, _ in segments.index], [{}] * segments.shape[1])
+    out["segments"] = segments_out(frame)
     return out
 
 
-def check_inputs(config) -> None:
+def check_inputs(context: RunContext[DistractorAttentionOptions]) -> None:
     """The probe's haystack reads, and every model's architecture is one the analysis can capture."""
-    from diffeval.models.capture import check_supported
-    from diffeval.models.loading import load_config
-
-    if config.options.probe == "mk-niah":
-        mk_niah.check_inputs(probe_config(config))
-    for spec in config.models:
-        check_supported(load_config(spec, config.trust_remote_code).model_type)
+    if context.options.probe == "mk-niah":
+        check_capturable(context, lambda: mk_niah.check_inputs(probe_context(context)))
+    else:
+        check_capturable(context)
 
 
-def prepare(config, tokenizers: dict) -> None:
+def prepare(context: RunContext[DistractorAttentionOptions], tokenizers: dict) -> None:
     """Refuse before any engine starts where a length cannot hold the probe's samples (as the probe does)."""
-    probe.check_fits_with(recipe_of(config.options))(probe_config(config), tokenizers)
+    check_fits_with(recipe_of(context.options))(probe_context(context), tokenizers)
 
 
-def budget(config) -> ContextBudget:
+def budget(context: RunContext[DistractorAttentionOptions]) -> ContextBudget:
     """The probe's own: its prompt is fitted beside the probe's answer limit, so it is the prompt of its runs."""
-    options = config.options
-    return ContextBudget(options.ctx, PROBES[options.probe].TOKENS_TO_GENERATE, probe.MIN_PROMPT_TOKENS)
+    options = context.options
+    return ContextBudget(options.ctx, PROBES[options.probe].TOKENS_TO_GENERATE, MIN_PROMPT_TOKENS)
 
 
 RECORD_SCHEMA = {
@@ -190,7 +213,7 @@ RECORD_SCHEMA = {
     "answer_share": float,
     "distractor_share": float,
     "noise_share": float,
-    "shares": dict[str, attention.MAP_SHARES],
+    "shares": MAPS_SCHEMA,
     "seed": MayBeAbsent(int),
 }
 
@@ -207,12 +230,12 @@ TASK = Task(
         prepare=prepare,
     ),
     reporting=Reporting(
-        tables=tables,
+        tables=distractor_tables,
         titles={
             "answer_vs_distractors": "Attention on the answer's sentences against the distractors' (last prompt "
             "row; raw shares, mean over heads and layers; normalised: ÷ the row sum; per 1K tokens: a segment's "
             "share ÷ its tokens × 1000)",
-            "segments": "Share of every segment per map (raw and / row sum)",
+            "segments": SEGMENTS_TITLE,
         },
         note=(
             "share = attention weight of the last prompt token's row on a segment, mean over heads and layers; "
@@ -225,6 +248,6 @@ TASK = Task(
         metrics={"answer_share": "answer_share", "distractor_share": "distractor_share"},
         summary_value="answer_share",
     ),
-    viewing=Viewing(sample_view=attention.sample_view, listing=Listing(answer=None, expected=None, outcome=None)),
+    viewing=Viewing(sample_view=sample_view, listing=Listing(answer=None, expected=None, outcome=None)),
     scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

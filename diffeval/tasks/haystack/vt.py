@@ -1,6 +1,6 @@
 """Variable tracking (RULER's variable_tracking): follow a chain of assignments through noise, past distractor chains.
 
-Recipe (the rest is tasks/probe.py):
+Recipe (the rest is the haystack family's machinery, diffeval/tasks/haystack):
 1. sample: `--chains` chains of `--hops` hops, "VAR QPXLT = 48213", "VAR HDWZE = VAR QPXLT ", ... (5 capital letters,
    5-digit values, every name and value distinct), in the noise haystack. The first chain is asked for: its first
    assignment sits at the cell's depth, the rest in order at seeded depths after it. The other chains are the
@@ -19,7 +19,10 @@ from dataclasses import dataclass
 from diffeval.config import option
 from diffeval.data.haystack import NOISE_SENTENCES
 from diffeval.errors import InputError
-from diffeval.tasks import probe
+from diffeval.tasks.haystack import samples
+from diffeval.tasks.haystack.options import DepthOptions
+from diffeval.tasks.haystack.probes import probe_task
+from diffeval.tasks.haystack.recipe import Recipe, check_haystack
 
 TOKENS_TO_GENERATE = 30  # RULER's variable_tracking tokens_to_generate
 INSTRUCTION = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
@@ -36,7 +39,7 @@ def answer_prefix(count: int, value: str) -> str:
 
 
 @dataclass(frozen=True)
-class VTOptions(probe.DepthOptions):
+class VTOptions(DepthOptions):
     """RULER's variable tracking: chains (the first asked for, the others distractors) and hops per chain."""
 
     chains: int = option(1, help="chains of assignments; the first is asked for, the others are distractors")
@@ -91,43 +94,43 @@ def example(rng: random.Random, hops: int) -> str:
 
 
 def make_sample(options: VTOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
-    content = probe.cell_key(seed, ctx, depth, f"hops={options.hops}", index) + f"|haystack={options.haystack}"
+    content = samples.cell_key(seed, ctx, depth, f"hops={options.hops}", index) + f"|haystack={options.haystack}"
     key = content + f"|chains={options.chains}"
     # one stream per kind of draw, none depending on --chains: fewer chains are the first of more
-    haystack_seed = probe.sample_rng("vt", content).randrange(2**31)
-    drawn = chains(probe.sample_rng("vt", content + "|names"), options.chains, options.hops, 5)
-    at = probe.sample_rng("vt", content + "|depths")
+    haystack_seed = samples.sample_rng("vt", content).randrange(2**31)
+    drawn = chains(samples.sample_rng("vt", content + "|names"), options.chains, options.hops, 5)
+    at = samples.sample_rng("vt", content + "|depths")
     inserts = []
     for c, (names, value) in enumerate(drawn):
         if c == 0:
-            depths = probe.follow_depths(depth, options.hops + 1, at)
+            depths = samples.follow_depths(depth, options.hops + 1, at)
         else:
             depths = sorted(round(at.uniform(0, 100), 2) for _ in range(options.hops + 1))
-        role = probe.ANSWER if c == 0 else probe.DISTRACTOR
-        inserts += [probe.Insert(d, s, role, [n]) for d, s, n in zip(depths, statements(names, value), names)]
+        role = samples.ANSWER if c == 0 else samples.DISTRACTOR
+        inserts += [samples.Insert(d, s, role, [n]) for d, s, n in zip(depths, statements(names, value), names)]
     names, value = drawn[0]
-    return probe.new_sample(
+    return samples.new_sample(
         "vt", key, ctx=ctx, depth=depth, setting=setting, seed=seed, index=index,
-        head=example(probe.sample_rng("vt", content + "|example"), options.hops) + INSTRUCTION, tail=question(value),
+        head=example(samples.sample_rng("vt", content + "|example"), options.hops) + INSTRUCTION, tail=question(value),
         answer_prefix=answer_prefix(options.hops + 1, value), inserts=inserts, expected=names,
         haystack=options.haystack, haystack_seed=haystack_seed, token_limit=TOKENS_TO_GENERATE,
     )  # fmt: skip
 
 
 def most_that_fits(options: VTOptions, sample, backend, budget, chat_template) -> str:
-    count = probe.most_groups(sample, backend, budget, chat_template, per_group=options.hops + 1)
+    count = samples.most_groups(sample, backend, budget, chat_template, per_group=options.hops + 1)
     if count:
         return f"{count} chains of {options.hops} hops (--chains)"
     return f"no chain of {options.hops} hops beside the example: use fewer --hops"
 
 
-RECIPE = probe.Recipe(name="vt", make_sample=make_sample, most_that_fits=most_that_fits)
-TASK = probe.probe_task(
+RECIPE = Recipe(name="vt", make_sample=make_sample, most_that_fits=most_that_fits)
+TASK = probe_task(
     RECIPE,
     VTOptions,
     help="Variable tracking: a chain of assignments among distractor chains (RULER's variable_tracking).",
     note="score = RULER's string_match_all: the fraction of the asked chain's names found in the output, any case; "
     "names of a distractor chain in the output count in `distractor_named`",
-    token_limit=lambda options: TOKENS_TO_GENERATE,
-    check_inputs=probe.check_haystack,
+    token_limit=TOKENS_TO_GENERATE,
+    check_inputs=check_haystack,
 )

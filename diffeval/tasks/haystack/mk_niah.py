@@ -1,6 +1,6 @@
 """Multi-key needle-in-a-haystack with distractor needles (RULER's niah_multikey_1, _2 and _3).
 
-Recipe (the rest is tasks/probe.py):
+Recipe (the rest is the haystack family's machinery, diffeval/tasks/haystack):
 1. variant 1 (niah_multikey_1): an essay haystack (`--haystack`, default the shipped novel) with `--keys` needles
    "One of the special magic numbers for KEY is: VALUE.", word keys ("adjective-noun") and 7-digit values, all keys
    distinct; one is asked for. It sits at the cell's depth, the others at seeded random depths.
@@ -19,7 +19,11 @@ from diffeval.config import int_list, option
 from diffeval.data.haystack import haystack_sentences
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
 from diffeval.errors import InputError
-from diffeval.tasks import probe
+from diffeval.tasks.base import RunContext
+from diffeval.tasks.haystack import samples
+from diffeval.tasks.haystack.options import DepthOptions
+from diffeval.tasks.haystack.probes import probe_task
+from diffeval.tasks.haystack.recipe import Recipe
 
 TOKENS_TO_GENERATE = 128  # RULER's niah tokens_to_generate
 # variant → (haystack: None for the essay haystack of --haystack, key type, value type)
@@ -28,7 +32,7 @@ VARIANTS = {1: (None, "words", "numbers"), 2: ("needles:words:numbers", "words",
 
 
 @dataclass(frozen=True)
-class MKNiahOptions(probe.DepthOptions):
+class MKNiahOptions(DepthOptions):
     """RULER's multi-key NIAH: the variants run, variant 1's needles and essay haystack."""
 
     variants: list[int] = option(
@@ -66,11 +70,11 @@ def template(value_type: str, values: int, key: str) -> tuple[str, str, str]:
 
 def make_sample(options: MKNiahOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
     variant = int(setting.rsplit("_", 1)[1])
-    content = probe.cell_key(seed, ctx, depth, setting, index)
+    content = samples.cell_key(seed, ctx, depth, setting, index)
     if variant == 1:
         content += f"|haystack={options.haystack}"
     # the draws do not depend on --keys, so fewer keys are the first of more: the most that fits is exact
-    rng = probe.sample_rng("mk-niah", content)
+    rng = samples.sample_rng("mk-niah", content)
     key = content + (f"|keys={options.keys}" if variant == 1 else "")
     haystack, key_type, value_type = VARIANTS[variant]
     haystack_seed = rng.randrange(2**31)
@@ -80,11 +84,11 @@ def make_sample(options: MKNiahOptions, seed: int, ctx: int, depth: int, setting
     chosen = [next(pairs) for _ in range(count)]
     depths = [float(depth)] + [round(rng.uniform(0, 100), 2) for _ in range(count - 1)]
     inserts = [
-        probe.Insert(d, needle_sentence(k, v, value_type), probe.ANSWER if i == 0 else probe.DISTRACTOR, [v])
+        samples.Insert(d, needle_sentence(k, v, value_type), samples.ANSWER if i == 0 else samples.DISTRACTOR, [v])
         for i, (d, (k, v)) in enumerate(zip(depths, chosen))
     ]
     head, tail, prefix = template(value_type, 1, chosen[0][0])
-    return probe.new_sample(
+    return samples.new_sample(
         "mk-niah", key, ctx=ctx, depth=depth, setting=setting, seed=seed, index=index, head=head, tail=tail,
         answer_prefix=prefix, inserts=inserts, expected=[chosen[0][1]], haystack=haystack or options.haystack,
         haystack_seed=haystack_seed, token_limit=TOKENS_TO_GENERATE,
@@ -95,23 +99,23 @@ def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     """The most keys of variant 1 this budget holds (variants 2 and 3 have one needle beside the haystack)."""
     if sample.setting != "multikey_1":
         return "only the instruction and question, no needle"
-    keys = probe.most_groups(sample, backend, budget, chat_template)
+    keys = samples.most_groups(sample, backend, budget, chat_template)
     return f"{keys} keys (--keys)" if keys else "no key"
 
 
-def check_inputs(config) -> None:
+def check_inputs(context: RunContext[MKNiahOptions]) -> None:
     """Fail before any work if variant 1's haystack cannot be read."""
-    if 1 in config.options.variants:
-        haystack_sentences(config.options.haystack, config.seed, 10)
+    if 1 in context.options.variants:
+        haystack_sentences(context.options.haystack, context.seed, 10)
 
 
-RECIPE = probe.Recipe(name="mk-niah", make_sample=make_sample, most_that_fits=most_that_fits)
-TASK = probe.probe_task(
+RECIPE = Recipe(name="mk-niah", make_sample=make_sample, most_that_fits=most_that_fits)
+TASK = probe_task(
     RECIPE,
     MKNiahOptions,
     help="Multi-key NIAH with distractor needles (RULER's niah_multikey_1/2/3).",
     note="score = RULER's string_match_all: the fraction of expected values found in the output, any case; one value "
     "is asked for, so a sample scores 0 or 1",
-    token_limit=lambda options: TOKENS_TO_GENERATE,
+    token_limit=TOKENS_TO_GENERATE,
     check_inputs=check_inputs,
 )

@@ -1,0 +1,318 @@
+"""Multi-needle needle-in-a-haystack (paper Table 2 and Figure 5; the LWM / Gemini 1.5 protocol).
+
+Recipe (the rest is the haystack family's machinery, diffeval/tasks/haystack, on the long-context toolkit):
+1. samples: N needles "The special magic number for CITY is: NNNNNNN." with unique cities (data/cities.py) and 7-digit
+   numbers; the first of the R queried needles sits at the cell's depth, the others at seeded random depths: a pure
+   function of (seed, ctx, depth, N, R, index), the same for every model.
+2. prompt: instruction, haystack with the needles, question, answer prefix, fitted to ctx minus the token limit with
+   the token spans of every needle and number. The limit is --max-new-tokens, or the expected answer's length in the
+   model's own tokens plus a margin per queried needle, at least 32: a tokenizer that spends a token per digit is
+   never cut short.
+3. score: the fraction of the R expected numbers found in the output (`default` rule at run time; `diffeval report
+   --scoring ruler` rescores the stored outputs); `correct` = all found.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from diffeval.config import context_option, int_list, option
+from diffeval.data.cities import CITIES
+from diffeval.errors import InputError
+from diffeval.longctx import scoring
+from diffeval.longctx.lengths import parse_format_ctx
+from diffeval.models.backend import Backend
+from diffeval.paper import TABLE2
+from diffeval.records import MayBeAbsent
+from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Scoring, Task, Viewing, with_cells, with_rows
+from diffeval.tasks.blocks import Mark
+from diffeval.tasks.haystack import options, plots, samples, tables
+from diffeval.tasks.haystack.recipe import Recipe, check_haystack, running
+from diffeval.tasks.haystack.samples import ANSWER, DISTRACTOR, HaystackPrompt, HaystackSample, Insert
+from diffeval.tasks.haystack.view import PromptText, sample_view_for
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class NeedleOptions:
+    """The multi-needle task: N needles per sample, R of them queried, at every ctx × depth × (N, R)."""
+
+    ctx: list[int] = context_option([4096], help=options.CTX_HELP)
+    needles: list[int] = option([1], help="N, needles per sample; a comma list runs several N/R settings",
+                                parse=int_list("--needles"))  # fmt: skip
+    queries: list[int] = option([1], help="R, needles queried per sample; one value or one per N",
+                                parse=int_list("--queries"))  # fmt: skip
+    depths: list[int] = option([0, 25, 50, 75, 100], help="depths of the first queried needle in percent, e.g. "
+                               "0,25,50,75,100", parse=int_list("--depths"))  # fmt: skip
+    samples: int = option(50, help="samples per depth × length × N/R cell", identity=False)
+    haystack: str = option("noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+    base_lengths: list[int] = option([], help=options.BASE_LENGTHS_HELP, parse=options.parse_base_lengths,
+                                     identity=False)  # fmt: skip
+
+    def nr_pairs(self) -> list[tuple[int, int]]:
+        return list(zip(self.needles, self.queries, strict=True))
+
+    def settings(self) -> list[str]:
+        return [f"{n}/{r}" for n, r in self.nr_pairs()]
+
+    def cell_depths(self) -> list[int | None]:
+        return list(self.depths)
+
+    def validate(self) -> None:
+        if len(self.queries) == 1 and len(self.needles) > 1:
+            object.__setattr__(self, "queries", self.queries * len(self.needles))
+        if len(self.needles) != len(self.queries):
+            raise InputError(f"--needles {self.needles} and --queries {self.queries} differ in length: give one R "
+                             "for all or one R per N")  # fmt: skip
+        for n, r in self.nr_pairs():
+            if r < 1 or n < r:
+                raise InputError(f"needles N={n}, queries R={r}: need 1 <= R <= N")
+            if n > 64:
+                raise InputError(f"needles N={n}: at most 64 needles per sample")
+        options.check_depths(self.depths)
+        options.check_samples(self.samples)
+        options.check_base_lengths(self.base_lengths, self.ctx)
+
+
+INSTRUCTION = (
+    "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
+    "I will quiz you about the numbers afterwards."
+)
+
+
+def needle_sentence(city: str, number: str) -> str:
+    return f"The special magic number for {city} is: {number}."
+
+
+def question(cities: list[str]) -> str:
+    if len(cities) == 1:
+        return f"What is the special magic number for {cities[0]} mentioned in the provided text?"
+    return f"What are all the special magic numbers for {_join(cities)} mentioned in the provided text?"
+
+
+def answer_prefix(cities: list[str]) -> str:
+    if len(cities) == 1:
+        return f"The special magic number for {cities[0]} mentioned in the provided text is:"
+    return f"The special magic numbers for {_join(cities)} mentioned in the provided text are:"
+
+
+def _join(items: list[str]) -> str:
+    return ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def make_sample(seed: int, ctx: int, depth: int, n: int, r: int, index: int, haystack: str = "noise",
+                cities: Sequence[str] = CITIES) -> HaystackSample:  # fmt: skip
+    """N needles at their depths (the first queried one at `depth`), the first R queried; their cities and numbers
+    in `extra`."""
+    key = f"seed={seed}|ctx={ctx}|depth={depth}|N={n}|R={r}|i={index}"
+    rng = samples.sample_rng("needle", key)
+    chosen = rng.sample(list(cities), n)
+    numbers: list[str] = []
+    while len(numbers) < n:
+        number = str(rng.randint(1_000_000, 9_999_999))
+        if number not in numbers:
+            numbers.append(number)
+    depths = [float(depth)] + [round(rng.uniform(0, 100), 2) for _ in range(n - 1)]
+    inserts = [Insert(d, needle_sentence(c, number), ANSWER if i < r else DISTRACTOR, [number])
+               for i, (d, c, number) in enumerate(zip(depths, chosen, numbers))]  # fmt: skip
+    return samples.new_sample(
+        "needle", key, ctx=ctx, depth=depth, setting=f"{n}/{r}", seed=seed, index=index, head=INSTRUCTION + "\n\n",
+        tail="\n\n" + question(chosen[:r]) + " ", answer_prefix=answer_prefix(chosen[:r]), inserts=inserts,
+        expected=numbers[:r], haystack=haystack, haystack_seed=rng.randrange(2**31), token_limit=None,
+        extra={"cities": chosen, "numbers": numbers},
+    )  # fmt: skip
+
+
+def make_cell_sample(options: NeedleOptions, seed: int, ctx: int, depth: int, setting: str, index: int):
+    n, r = (int(count) for count in setting.split("/"))
+    return make_sample(seed, ctx, depth, n, r, index, options.haystack)
+
+
+def sample_fields(sample: HaystackSample) -> dict[str, Any]:
+    """The sample as needle's and attention's records hold it."""
+    return {
+        "ctx": sample.ctx, "depth": sample.depth, "needles": len(sample.inserts), "queries": len(sample.expected),
+        "seed": sample.seed, "index": sample.index, "cities": sample.extra["cities"],
+        "numbers": sample.extra["numbers"], "needle_depths": [i.depth for i in sample.inserts],
+    }  # fmt: skip
+
+
+def describe(sample: HaystackSample, prompt: HaystackPrompt) -> dict[str, Any]:
+    return {**sample_fields(sample), "haystack_words": prompt.haystack_words, "depth_actual": prompt.depth_actual,
+            "spans": prompt.spans, "expected": sample.expected}  # fmt: skip
+
+
+def refusal(sample: HaystackSample) -> str:
+    return (
+        f"context {sample.ctx} cannot hold the instruction, {len(sample.inserts)} needles, the question and "
+        "--max-new-tokens: use a longer --ctx or fewer needles"
+    )
+
+
+def build_prompt(sample: HaystackSample, backend: Backend, budget: int, chat_template: bool,
+                 too_long: str | None = None) -> HaystackPrompt:  # fmt: skip
+    """Fit the sample into `budget` tokens of this model (the most haystack words that fit), with the token spans of
+    every needle and of every needle's number; `too_long` (default: needle's) when even no haystack fits."""
+    fitted = samples.fitted_haystack(sample, backend, budget, chat_template, too_long or refusal(sample))
+    number_spans = [fitted.token_span_of(insert.values[0], i) for i, insert in enumerate(sample.inserts)]
+    spans: dict[str, list] = {
+        "needles": fitted.insert_spans, "numbers": number_spans, "haystack": list(fitted.haystack_span)
+    }
+    return HaystackPrompt(fitted.ids, fitted.text, fitted.offsets, fitted.haystack_words, spans, fitted.depth_of(0))
+
+
+MIN_NEW_TOKENS = 32
+ANSWER_MARGIN_PER_QUERY = 16  # tokens per queried needle beyond its number: a city name, punctuation, a restated phrase
+
+
+def token_limit(sample: HaystackSample, tokenizer: Any, context: RunContext[Any]) -> int:
+    """Tokens to generate for this sample on this model, also reserved in its prompt budget: --max-new-tokens when
+    given; else the expected answer's length in the model's own tokens plus a margin per queried needle, at least
+    MIN_NEW_TOKENS."""
+    if context.max_new_tokens is not None:
+        return context.max_new_tokens
+    answer = tokenizer.encode(" " + ", ".join(sample.expected), special_tokens=False).ids
+    return max(MIN_NEW_TOKENS, len(answer) + ANSWER_MARGIN_PER_QUERY * len(sample.expected))
+
+
+def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
+    """The records scored by `rule` from their stored outputs, with the rule-independent answer diagnostics:
+    `unqueried_numbers` (the output names a number of a needle that was not asked for) and `precision` (expected
+    numbers found ÷ distinct numbers in the output; empty where the output has none)."""
+    scored = [scoring.score(output, expected, rule) for output, expected in zip(records["output"], records["expected"])]
+    found = [scoring.numbers_in(output) for output in records["output"]]
+    unqueried = [
+        bool(found_here & (set(numbers) - set(expected)))
+        for found_here, numbers, expected in zip(found, records["numbers"], records["expected"])
+    ]
+    precision = [
+        len(found_here & set(expected)) / len(found_here) if found_here else float("nan")
+        for found_here, expected in zip(found, records["expected"])
+    ]
+    return records.assign(score=[value for value, _ in scored], correct=[correct for _, correct in scored],
+                          unqueried_numbers=unqueried, precision=precision)  # fmt: skip
+
+
+def needle_tables(records: pd.DataFrame, options: NeedleOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
+    """Table 2 layout (rows = models, columns = N/R, per length) and a depth × length grid per model; with several
+    lengths, the effective length over the run's `options.base_lengths`."""
+    import pandas as pd
+
+    frame, lengths = tables.with_lengths(records)
+    frame["setting"] = frame["needles"].astype(str) + "/" + frame["queries"].astype(str)
+    nr_order = sorted(frame["setting"].unique(), key=lambda s: tuple(int(x) for x in s.split("/")))
+    table2 = tables.scores_by_setting(frame, lengths, nr_order)
+    column_cells = [_cell(length, nr) for length, nr in table2.columns]
+    table2.columns = [f"{length} N/R={nr}" for length, nr in table2.columns]
+    row_cells = [{"model": m} for m in table2.index]
+    if paper and "4K" in lengths:  # the paper's Table 2 is at 4K
+        rows = {
+            m: {f"4K N/R={nr}": v for nr, v in cells.items() if f"4K N/R={nr}" in table2.columns}
+            for m, cells in TABLE2.items()
+        }
+        table2 = with_rows(table2, pd.DataFrame.from_dict(rows, orient="index"))
+    out = {"table2": with_cells(table2.round(3), row_cells, column_cells)}
+    out["answers"] = tables.answers_table(
+        frame, {"unqueried_numbers": ("unqueried_numbers", "mean"), "precision": ("precision", "mean")}
+    )
+    if len(lengths) > 1:
+        out["effective_length"] = tables.effective_length_table(frame, options.base_lengths)
+    return {**out, **tables.depth_grids(frame, lengths)}
+
+
+def _cell(length: str, nr: str) -> dict:
+    """The records behind a Table 2 column: its length and N/R, as record values."""
+    needles, queries = nr.split("/")
+    return {"ctx": parse_format_ctx(length), "needles": int(needles), "queries": int(queries)}
+
+
+def needle_plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    """Figure 5 style: a depth × length accuracy heatmap per model; score by depth, one line per length."""
+    return [
+        plots.depth_heatmaps(records, folder / "needle_heatmap.png", "mean over N/R"),
+        plots.depth_curves(records, folder / "needle_position_curves.png", "answer needle depth (%)"),
+    ]
+
+
+def pieces(prompt: HaystackPrompt, sample: HaystackSample, whole: bool) -> list:
+    """The prompt's text in pieces that tile it: scaffold text, haystack stretches (elided when long), and each
+    needle marked (unqueried ones faint) with its number's own tokens marked inside it."""
+    text = PromptText(prompt, whole)
+    marked = []
+    needles = zip(prompt.spans["needles"], prompt.spans["numbers"], sample.extra["cities"], sample.inserts)
+    for (start, end), (number_start, number_end), city, insert in sorted(needles, key=lambda needle: needle[0]):
+        first, last = prompt.offsets[number_start][0], prompt.offsets[number_end - 1][1]  # the number's own tokens
+        queried = insert.role == ANSWER
+        note = f"recorded span: tokens {number_start}-{number_end} (expected {insert.values[0]})"
+        number = Mark([text.text[first:last]], tone="strong", kind="number", note=note)
+        marked.append((start, end, Mark(
+            [text.text[text.starts[start] : first], number, text.text[last : text.starts[end]]],
+            tone="highlight" if queried else "faint", kind="needle" if queried else "needle other",
+            note=f"{'queried' if queried else 'other'} needle: {city}, tokens {start}-{end}",
+        )))  # fmt: skip
+    return text.tiled(prompt.spans, marked)
+
+
+# what needle's tables, rescoring (output against expected and the other needles' numbers) and view read; the view's
+# prompt rebuild needs the sample's seed, index and spans, and says so where hand-made or older records lack them
+SPANS = {"needles": list[list[int]], "numbers": list[list[int]], "haystack": list[int]}
+RECORD_SCHEMA = {
+    "ctx": int, "depth": int, "needles": int, "queries": int, "numbers": list[str], "expected": list[str],
+    "output": str, "score": float, "correct": bool,
+    "hit_token_limit": MayBeAbsent(bool),  # kept since the token limit was recorded
+    "seed": MayBeAbsent(int), "index": MayBeAbsent(int), "spans": MayBeAbsent(SPANS), "prompt_tokens": MayBeAbsent(int),
+}  # fmt: skip
+
+
+MIN_PROMPT_TOKENS = 65  # the least prompt a context must leave beside the answer: instruction, needles and question
+
+
+def budget(context: RunContext[NeedleOptions]) -> ContextBudget:
+    """Each length holds a prompt and the answer's token limit: --max-new-tokens, else at least MIN_NEW_TOKENS (the
+    rest of a longer expected answer is fitted per sample, `token_limit`)."""
+    return ContextBudget(context.options.ctx, context.max_new_tokens or MIN_NEW_TOKENS, MIN_PROMPT_TOKENS)
+
+
+def rebuild(recipe: Recipe, options: NeedleOptions, record: dict[str, Any]) -> HaystackSample:
+    setting = f"{record['needles']}/{record['queries']}"
+    return recipe.make_sample(options, record["seed"], record["ctx"], record["depth"], setting, record["index"])
+
+
+RECIPE = Recipe(name="needle", make_sample=make_cell_sample, fit=build_prompt, refusal=refusal, token_limit=token_limit,
+                describe=describe, rebuild=rebuild, rules=("default", "ruler"), pieces=pieces,
+                sized_by_estimate=True)  # fmt: skip
+TASK = Task(
+    name="needle",
+    help="Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
+    options=NeedleOptions,
+    run_options=("chat_template", "max_new_tokens"),
+    running=running(RECIPE, budget, check_haystack),
+    reporting=Reporting(
+        tables=needle_tables,
+        titles={
+            "table2": "Table 2 layout: accuracy by model and N/R",
+            "answers": "Answers: accuracy, outputs naming unqueried needles' numbers, precision, samples stopped at "
+            "the token limit",
+            "depth_grid": tables.DEPTH_GRID_TITLE,
+            "effective_length": f"{tables.EFFECTIVE_LENGTH_TITLE}, as the 2.5th-97.5th percentile lengths",
+        },
+        note=(
+            "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
+            "as in LWM and the DIFF paper; averaged over depths in Table 2; precision counts distinct numbers in an "
+            "output, over outputs that contain one"
+        ),
+        summary_keys=["model", "ctx", "depth", "needles", "queries"],
+        pair_keys=["ctx", "needles", "queries"],
+        metrics={"accuracy": "score"},
+        # a count in a column that missing values (models without an effective length) turn into floats
+        decimals={"resamples with base below floor": 0},
+        plots=needle_plots,
+    ),
+    viewing=Viewing(sample_view=sample_view_for(RECIPE)),
+    scoring=Scoring(record_schema=RECORD_SCHEMA, rules=scoring.described(RECIPE.rules), rescore=rescore),
+)
