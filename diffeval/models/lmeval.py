@@ -40,11 +40,6 @@ def task_manager(tasks: list[str], include_path: str | None = None):
     return manager
 
 
-def check_lm_tasks(config) -> None:
-    """The check stage: lm-eval is installed and knows every --tasks name, before a model loads."""
-    task_manager(config.options.lm_tasks, config.options.include_path)
-
-
 def evaluate_tasks(
     loaded, tasks: list[str], limit: int | None, max_length: int, batch_size: int, include_path: str | None = None
 ) -> dict[str, dict[str, float]]:

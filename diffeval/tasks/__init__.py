@@ -14,19 +14,17 @@ from diffeval.tasks import (
     attention,
     cwe,
     distractor_attention,
-    hallucination,
-    icl,
     mk_niah,
     mv_niah,
     needle,
-    nll,
     nolima,
-    outliers,
-    quantize,
     vt,
-    zeroshot,
 )
 from diffeval.tasks.base import Task, configure, registry
+from diffeval.tasks.choices import icl
+from diffeval.tasks.conversations import hallucination
+from diffeval.tasks.internals import outliers, quantize, zeroshot
+from diffeval.tasks.loss import nll
 
 
 def _plugins() -> list[Task]:
