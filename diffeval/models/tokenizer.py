@@ -4,6 +4,7 @@ it, so both backends hand the model identical token ids."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, Tokenizer
@@ -100,7 +101,7 @@ def tokens_through_stop(
 class PromptTokenizer:
     """A model's tokenizer standing in for its backend where prompts are only built, never run (`--dry-run`)."""
 
-    def __init__(self, tokenizer: HFTokenizer, name: str):
+    def __init__(self, tokenizer: Tokenizer, name: str):
         self.tokenizer, self.name = tokenizer, name
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
@@ -146,8 +147,14 @@ def encode_in_context(
     return InContext(prefix=ids[:shared], tails=[full[shared:] for _, full in extended])
 
 
+class Encoder(Protocol):
+    """What in-context encoding needs of a tokenizer or a backend: token ids and character spans of a text."""
+
+    def encode(self, text: str, special_tokens: bool = True) -> Encoding: ...
+
+
 def encode_choices_in_context(
-    encoder: Tokenizer, context: str, queries: list[str], choices: list[str], special_tokens: bool = True
+    encoder: Encoder, context: str, queries: list[str], choices: list[str], special_tokens: bool = True
 ) -> tuple[list[int], list[list[int]], list[list[list[int]]]]:
     """(prefix, query ids, per query the ids of every choice) with `prefix + queries[i] + choices[i][j]` equal to the
     one-piece encoding of `context + queries[i] + choices[j]`: a choice is tokenized after its own query, a query

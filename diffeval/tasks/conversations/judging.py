@@ -50,10 +50,10 @@ def judge_generations(
     for spec in judges[1:]:
         other = open_judge(spec)
         try:
-            verdicts = other.judge(items(judged))
+            theirs = other.judge(items(judged))
         finally:
             other.close()
-        others[other.id] = {_key(row): v.hallucination_free for row, v in zip(judged, verdicts)}
+        others[other.id] = {_key(row): v.hallucination_free for row, v in zip(judged, theirs)}
     primary = open_judge(judges[0])
     try:
         for i in range(0, len(generations), primary.batch):
