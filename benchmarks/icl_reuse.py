@@ -23,7 +23,9 @@ from pathlib import Path
 from diffeval.models.backend import EngineSettings, make_backend, open_tokenizer
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model, train_tokenizer
-from diffeval.tasks import build_config, icl
+from diffeval.tasks import build_config
+from diffeval.tasks.choices import icl
+from diffeval.tasks.choices import icl_demonstrations as demos
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
@@ -39,7 +41,7 @@ def main() -> None:
         sys.exit(f"skipped: {args.data_dir}/trec is absent (the benchmark uses the real TREC data of ../shared)")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        data = icl.dataset("trec", args.data_dir)
+        data = demos.dataset("trec", args.data_dir)
         train_tokenizer([e.text for e in data.train[:2000]] + data.labels, 1000, root / "tok")
         if args.backend == "hf":
             build_tiny_model("diff", root / "tok", root / "diff", max_positions=32768)
@@ -60,11 +62,11 @@ def main() -> None:
         )
         tokenizers = {spec.name: open_tokenizer(spec, EngineSettings()) for spec in config.models}
         shots = icl.prepare(config, tokenizers)[("trec", 0)]
-        run = icl.Run("trec", shots, "random", 0, 0)
-        prefix = backend.encode(icl.demonstration_block(run, args.data_dir, 0)).ids
+        run = demos.Run("trec", shots, "random", 0, 0)
+        prefix = backend.encode(demos.demonstration_block(run, args.data_dir, 0)).ids
         queries = [
-            backend.encode(icl.format_example("trec", data.test[i].text, None), special_tokens=False).ids
-            for i in icl.test_ids(config.options, "trec", 0)
+            backend.encode(demos.format_example("trec", data.test[i].text, None), special_tokens=False).ids
+            for i in demos.test_ids(config.options, "trec", 0)
         ]
         labels = [backend.encode(" " + label, special_tokens=False).ids for label in data.labels]
         choices = [labels] * len(queries)  # score_choices takes each query's choices

@@ -22,8 +22,8 @@ from diffeval.models.activations import (
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks import outliers
-from diffeval.tasks.outliers import OutliersOptions
+from diffeval.tasks.internals import outliers
+from diffeval.tasks.internals.outliers import OutliersOptions
 
 pytest.importorskip("lm_eval", reason="lm-eval is an optional extra: pip install 'diffeval[lmeval]'")
 

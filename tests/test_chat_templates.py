@@ -18,12 +18,15 @@ from diffeval.data import hallucination as hallucination_data
 from diffeval.models.loading import load_tokenizer
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer, encode_choices_in_context, encode_in_context
-from diffeval.tasks import hallucination, icl
 from diffeval.tasks.analyses import attention
 from diffeval.tasks.analyses.attention import AttentionOptions
+from diffeval.tasks.choices import icl
+from diffeval.tasks.choices import icl_demonstrations as demos
+from diffeval.tasks.choices import prompts as choice_prompts
+from diffeval.tasks.choices.icl import IclOptions
+from diffeval.tasks.conversations import prompts as conversation_prompts
 from diffeval.tasks.haystack import needle, recipe, samples
 from diffeval.tasks.haystack.needle import NeedleOptions
-from diffeval.tasks.icl import IclOptions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 # SmolLM2's template: a default system turn when the messages have none, then the user turn, then the generation
@@ -99,11 +102,11 @@ def test_attention_spans_point_inside_smollm2s_template(smol):
 def test_icl_demonstrations_are_the_user_turn_and_the_label_the_reply(smol):
     """Demonstrations and query in the user turn, each label scored as the assistant's whole reply: the ids after
     the generation prompt, tokenized in context; the prompt, template and longest label included, fits ctx."""
-    run = icl.Run("trec", 4, "random", 0, 0)
-    data = icl.dataset("trec", str(FIXTURES))
-    block = icl.demonstration_block(run, str(FIXTURES), 0)
-    queries = [icl.format_example("trec", data.test[i].text, None) for i in (0, 1)]
-    context, tails, choices = icl.prompt_texts(block, queries, data.labels, smol, True, "smol")
+    run = demos.Run("trec", 4, "random", 0, 0)
+    data = demos.dataset("trec", str(FIXTURES))
+    block = demos.demonstration_block(run, str(FIXTURES), 0)
+    queries = [demos.format_example("trec", data.test[i].text, None) for i in (0, 1)]
+    context, tails, choices = choice_prompts.prompt_texts(block, queries, data.labels, smol, True, "smol")
     assert context == SYSTEM + USER + block and tails == [q + ASSISTANT for q in queries]
     assert choices == data.labels
     first = data.test[0]
@@ -118,7 +121,7 @@ def test_icl_demonstrations_are_the_user_turn_and_the_label_the_reply(smol):
         assert _special(smol, query_ids[i]).endswith(ASSISTANT)
     assert len(prefix) + max(len(q) + max(map(len, c)) for q, c in zip(query_ids, choice_ids)) <= 1024
     # raw, as before: the block, the query, the label after a space
-    assert icl.prompt_texts(block, queries, data.labels, smol, False, "smol") == (
+    assert choice_prompts.prompt_texts(block, queries, data.labels, smol, False, "smol") == (
         block,
         queries,
         [" " + label for label in data.labels],
@@ -129,15 +132,15 @@ def test_icl_max_shots_leaves_room_for_the_template(smol):
     """`shots=max` with the chat template counts the template's turns beside the demonstrations: fewer shots, and a
     longest prompt no longer than the raw one at its own `max`."""
     options = IclOptions(ctx=[256], shots=["max"], datasets=["trec"], test_size=12, data_dir=str(FIXTURES))
-    data = icl.dataset("trec", str(FIXTURES))
-    queries = [icl.format_example("trec", test.text, None) for test in data.test]
+    data = demos.dataset("trec", str(FIXTURES))
+    queries = [demos.format_example("trec", test.text, None) for test in data.test]
     shots, longest = {}, {}
     for chat in (False, True):
         config = SimpleNamespace(options=options, seed=0, chat_template=chat)
         shots[chat] = icl.resolve_max_shots(config, {"smol": smol.tokenizer})[("trec", 0)]
-        block = icl.demonstration_block(icl.Run("trec", shots[chat], "random", 0, 0), str(FIXTURES), 0)
+        block = demos.demonstration_block(demos.Run("trec", shots[chat], "random", 0, 0), str(FIXTURES), 0)
         prefix, query_ids, choice_ids = encode_choices_in_context(
-            smol, *icl.prompt_texts(block, queries, data.labels, smol, chat, "smol")
+            smol, *choice_prompts.prompt_texts(block, queries, data.labels, smol, chat, "smol")
         )
         longest[chat] = len(prefix) + max(len(q) + max(map(len, c)) for q, c in zip(query_ids, choice_ids))
     assert 0 < shots[True] < shots[False] < len(data.train) and longest[True] <= longest[False]
@@ -148,21 +151,21 @@ def test_hallucination_document_and_question_are_the_user_turn(smol):
     long for the budget loses its middle, never the template's turns."""
     spec = hallucination_data.SPECS["xsum"]
     doc = hallucination_data.load("xsum", str(FIXTURES), 1)[0]
-    ids, cut = hallucination.fit_prompt(spec, doc, smol, 1024 - spec.max_new_tokens, chat_template=True)
+    ids, cut = conversation_prompts.fit_prompt(spec, doc, smol, 1024 - spec.max_new_tokens, chat_template=True)
     instruction = "Summarize the document above in one sentence."
     assert cut == 0
     assert _special(smol, ids) == SYSTEM + USER + f"Document: {doc.context}\n\n{instruction}" + ASSISTANT + "Summary:"
     long = hallucination_data.Document("long", " ".join([doc.context] * 40), "", doc.reference)
-    ids, cut = hallucination.fit_prompt(spec, long, smol, 1024 - spec.max_new_tokens, chat_template=True)
+    ids, cut = conversation_prompts.fit_prompt(spec, long, smol, 1024 - spec.max_new_tokens, chat_template=True)
     text = _special(smol, ids)
     assert cut > 0 and 0.99 * 1024 - spec.max_new_tokens <= len(ids) <= 1024 - spec.max_new_tokens
     assert text.startswith(SYSTEM + USER + "Document: " + doc.context[:40])
     assert text.endswith(doc.context[-40:] + f"\n\n{instruction}" + ASSISTANT + "Summary:")
     qa = hallucination_data.SPECS["hotpotqa"]
     question = hallucination_data.Document("q", "Passage 1: Paris is in France.", "Where is Paris?", "France")
-    text = _special(smol, hallucination.fit_prompt(qa, question, smol, 1024 - qa.max_new_tokens, True)[0])
+    text = _special(smol, conversation_prompts.fit_prompt(qa, question, smol, 1024 - qa.max_new_tokens, True)[0])
     assert text.startswith(SYSTEM + USER) and text.endswith("Question: Where is Paris?" + ASSISTANT + "Answer:")
-    assert hallucination.prompt_text(spec, doc.context, "", smol, False) == spec.template.format(
+    assert conversation_prompts.prompt_text(spec, doc.context, "", smol, False) == spec.template.format(
         context=doc.context, input=""
     )
 

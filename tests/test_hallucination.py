@@ -15,7 +15,8 @@ from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, Verd
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks import hallucination
+from diffeval.tasks.conversations import hallucination, hallucination_report, judging
+from diffeval.tasks.conversations import prompts as conversation_prompts
 
 SECRET = "sk-test-never-on-disk-4242"
 ITEM = JudgeItem(
@@ -185,7 +186,7 @@ def test_middle_truncation_keeps_both_ends(tiny_models):
     backend = HFBackend(load_model(ModelSpec("base", str(tiny_models["base"])), "cpu"))
     words = " ".join(f"w{i}" for i in range(3000))
     doc = data.Document("1", "START " + words + " FINISH", "", "ref")
-    ids, cut = hallucination.fit_prompt(data.SPECS["xsum"], doc, backend, 500)
+    ids, cut = conversation_prompts.fit_prompt(data.SPECS["xsum"], doc, backend, 500)
     text = backend.tokenizer.decode(ids)
     assert len(ids) <= 500 and cut > 0
     assert "START" in text and "FINISH" in text and "Summarize the document above" in text
@@ -408,15 +409,15 @@ def test_a_run_whose_every_verdict_is_unparsed_writes_counts_and_tables(server, 
     ],
 )
 def test_degenerate_outputs_are_their_own_outcome(output, reason):
-    assert hallucination.degenerate(output) == reason
+    assert judging.degenerate(output) == reason
 
 
 def test_cohen_kappa():
     import numpy as np
 
     a, b = np.array([True, True, False, False]), np.array([True, False, False, False])
-    assert hallucination.cohen_kappa(a, b) == pytest.approx(0.5)  # observed 0.75, chance 0.5
-    assert hallucination.cohen_kappa(a, a) == 1.0 and np.isnan(hallucination.cohen_kappa(a[:0], a[:0]))
+    assert judging.cohen_kappa(a, b) == pytest.approx(0.5)  # observed 0.75, chance 0.5
+    assert judging.cohen_kappa(a, a) == 1.0 and np.isnan(judging.cohen_kappa(a[:0], a[:0]))
 
 
 def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(server, local_data, tmp_path):
@@ -447,7 +448,7 @@ def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(ser
     assert records[1]["score"] == 0.0 and records[1]["verdict"] is None
     second = f"openai-compatible:{server.url}#second"
     assert [r["other_verdicts"] for r in records] == [{second: True}, {second: None}, {second: False}]
-    tables = hallucination.tables(pd.DataFrame(records), hallucination.HallucinationOptions())
+    tables = hallucination_report.tables(pd.DataFrame(records), hallucination.HallucinationOptions())
     judges = tables["judges"]
     assert list(judges.index) == ["overlap@0.25", second] and judges.loc[second, "both judged"] == 2
     assert {"kappa", "kappa_low", "kappa_high", "accuracy m"} <= set(judges.columns)
@@ -463,4 +464,4 @@ def test_a_budget_smaller_than_the_template_alone_is_one_line_not_a_hang(tiny_mo
     spec = data.SPECS["qasper"]
     document = data.Document(id="d", context="A long article. " * 200, question="What is it about?", reference="x")
     with pytest.raises(InputError, match="the prompt without any document takes"):
-        hallucination.fit_prompt(spec, document, tokenizer, 20)
+        conversation_prompts.fit_prompt(spec, document, tokenizer, 20)

@@ -18,7 +18,9 @@ from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import encode_choices_in_context
-from diffeval.tasks import build_config, icl
+from diffeval.tasks import build_config
+from diffeval.tasks.choices import icl
+from diffeval.tasks.choices import icl_demonstrations as demos
 
 QUESTIONS = [
     "How far is it from Denver to Aspen ?",
@@ -94,14 +96,14 @@ def test_loaders_and_verbalizers(data_dir):
 
 def test_orders_permute_one_draw(data_dir):
     options = _options(data_dir)
-    draw = icl.demonstrations("trec", options.data_dir, 0, 0, 24)
-    assert icl.demonstrations("trec", options.data_dir, 0, 0, 12) == draw[:12]  # nested across k
-    assert icl.demonstrations("trec", options.data_dir, 0, 1, 24) != draw
-    train = icl.dataset("trec", options.data_dir).train
+    draw = demos.demonstrations("trec", options.data_dir, 0, 0, 24)
+    assert demos.demonstrations("trec", options.data_dir, 0, 0, 12) == draw[:12]  # nested across k
+    assert demos.demonstrations("trec", options.data_dir, 0, 1, 24) != draw
+    train = demos.dataset("trec", options.data_dir).train
     orders = {}
     for kind in ("random", "alternating", "grouped"):
         for variant in range(3):
-            order = icl.ordered(icl.Run("trec", 24, kind, variant, 0), options.data_dir, 0)
+            order = demos.ordered(demos.Run("trec", 24, kind, variant, 0), options.data_dir, 0)
             assert sorted(order) == sorted(draw)
             orders[(kind, variant)] = order
     assert len({tuple(o) for o in orders.values()}) == 9
@@ -149,12 +151,12 @@ def test_samples_are_the_same_for_every_model_and_resolve_max(data_dir, tiny_mod
 
 def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
-    run = icl.Run("trec", 10, "random", 0, 0)
-    data = icl.dataset("trec", str(data_dir))
+    run = demos.Run("trec", 10, "random", 0, 0)
+    data = demos.dataset("trec", str(data_dir))
     prefix, queries, choices = encode_choices_in_context(
         backend,
-        icl.demonstration_block(run, str(data_dir), 0),
-        [icl.format_example("trec", e.text, None) for e in data.test[:4]],
+        demos.demonstration_block(run, str(data_dir), 0),
+        [demos.format_example("trec", e.text, None) for e in data.test[:4]],
         [" " + label for label in data.labels],
     )
     reused = list(backend.score_choices(prefix, queries, choices))
@@ -168,7 +170,7 @@ def test_over_budget_runs_are_reported_not_truncated(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("base", str(tiny_models["base"])), "cpu"))
     config = SimpleNamespace(options=_options(data_dir, ctx="256"), seed=0, chat_template=False)
     batch = icl.make_samples(config.options, 0, limit=2)[:2]
-    batch = [icl.ICLSample(s.sample_id, icl.Run("trec", 50, "random", 0, 0), "50", s.test_id, 0) for s in batch]
+    batch = [icl.ICLSample(s.sample_id, demos.Run("trec", 50, "random", 0, 0), "50", s.test_id, 0) for s in batch]
     records = [r.to_dict() for r in icl.evaluate(batch, backend, config)]
     assert [r["status"] for r in records] == ["over_budget", "over_budget"]
     assert all(r["prediction"] is None and r["prompt_tokens"] > 256 for r in records)

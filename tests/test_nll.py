@@ -15,7 +15,9 @@ from conftest import SHARED_DATASETS, pair_options, run_cli, run_cli_in_process
 from diffeval.data import books
 from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks import nll
+from diffeval.tasks.loss import buckets as loss_buckets
+from diffeval.tasks.loss import nll, nll_report
+from diffeval.tasks.loss.windows import Window
 
 # a short book in the shared layout: a title page before the first chapter, a non-ASCII character, several paragraphs
 BOOK = "THE TEST BOOK\n\nContents\n\n" + "".join(
@@ -87,10 +89,10 @@ def test_a_head_that_transforms_its_logits_is_refused(hf_diff, monkeypatch):
 
 def test_bits_per_byte_count_a_token_where_its_last_byte_falls():
     text = "aé" + "b" * 6  # 9 bytes in 8 characters: é is two bytes
-    window = nll.Window("s", "d", "t", "g", 0, 0, len(text), 9, 12)
+    window = Window("s", "d", "t", "g", 0, 0, len(text), 9, 12)
     offsets = [(0, 1), (1, 2), (2, 5), (5, 8)]  # last bytes at byte 0, 2, 5 and 8
     values = np.array([1.0, 2.0, 3.0, 4.0])  # after one start token: the text's four tokens
-    fields = nll.score(values, offsets, 1, text, window, buckets=3)
+    fields = loss_buckets.score(values, offsets, 1, text, window, buckets=3)
     assert fields["bytes"] == 9 and fields["bucket_bytes"] == [3, 3, 3]
     assert fields["byte_nll"] == [3.0, 3.0, 4.0]  # bytes 0-2 | 3-5 | 6-8
     assert fields["token_counts"] == [3, 1, 0]  # sequence positions 1, 2, 3 | 4 at ctx 12
@@ -100,7 +102,7 @@ def test_bits_per_byte_count_a_token_where_its_last_byte_falls():
 
 def test_bucket_sizes_count_the_bytes_assigned_to_them():
     for size, buckets in ((10, 3), (16_113, 16), (7, 7), (1000, 64)):
-        edges = nll.bucket_edges(size, buckets)
+        edges = loss_buckets.bucket_edges(size, buckets)
         assigned = np.bincount(np.arange(size) * buckets // size, minlength=buckets)
         assert edges[0] == 0 and edges[-1] == size and list(np.diff(edges)) == list(assigned)
 
@@ -114,7 +116,7 @@ def test_tables_read_only_the_windows_every_model_scored():
         return {"model": model, "sample_id": f"w{window}", "group": group, "ctx": 8, "bytes": 10, "ids_sha": "", **sums}
 
     rows = [record(m, w, g) for m in ("a", "b") for w, g in ((1, "g1"), (2, "g2"))] + [record("a", 0, "g0")]
-    out = nll.tables(pd.DataFrame(rows), nll.NLLOptions(ctx=[8], buckets=2))
+    out = nll_report.tables(pd.DataFrame(rows), nll.NLLOptions(ctx=[8], buckets=2))
     note = out["nll_bytes"].attrs["note"]
     assert "the same 20 bytes (2 documents, 2 windows)" in note and "1 window(s) that not every model" in note
     assert set(out["nll_bytes"]["windows"]) == {2}
@@ -184,7 +186,7 @@ def test_intervals_resample_whole_documents():
         for w in range(windows):
             rows.append({"model": "m", "group": group, "sample_id": f"{group}{w}", "ctx": 8, "bytes": 10,
                          "byte_nll": [value * 10 * math.log(2)], "bucket_bytes": [10]})  # fmt: skip
-    point, low, high = nll._ratio_intervals(pd.DataFrame(rows), "byte_nll", "bucket_bytes", math.log(2))
+    point, low, high = loss_buckets._ratio_intervals(pd.DataFrame(rows), "byte_nll", "bucket_bytes", math.log(2))
     assert point[0] == pytest.approx((5 * 1.0 + 3.0) / 6)
     assert low[0] == pytest.approx(1.0) and high[0] == pytest.approx(3.0)  # a resample holds a, b, or both
 
@@ -223,9 +225,10 @@ def test_the_view_shows_the_strip_and_where_the_models_differ(tiny_models, tmp_p
     kinds = [block["type"] for block in detail["view"]["blocks"]]
     assert kinds[:2] == ["fields", "chart"] and kinds[-1] == "section"
     chart = detail["view"]["blocks"][1]
-    assert [s["name"] for s in chart["series"]] == ["diff", "base"] and len(chart["categories"]) == nll.STRIP_BINS
+    assert [s["name"] for s in chart["series"]] == ["diff", "base"]
+    assert len(chart["categories"]) == loss_buckets.STRIP_BINS
     marks = [p for p in detail["view"]["blocks"][-1]["blocks"][0]["pieces"] if isinstance(p, dict)]
-    assert len(marks) == nll.DIFFERING_BINS and "bits per byte" in marks[0]["note"]
+    assert len(marks) == nll_report.DIFFERING_BINS and "bits per byte" in marks[0]["note"]
 
 
 def test_the_dry_run_sizes_every_window(tiny_models, tmp_path):

@@ -16,8 +16,10 @@ from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer
-from diffeval.tasks import build_config, icl
+from diffeval.tasks import build_config
 from diffeval.tasks.analyses import attention
+from diffeval.tasks.choices import icl
+from diffeval.tasks.choices import icl_demonstrations as demos
 from diffeval.tasks.haystack import needle, recipe
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
@@ -59,16 +61,16 @@ def test_icl_scores_every_query_and_label_as_the_whole_prompt_tokenizes(backends
     backend = Recording(backends[f"base-{tokenizer}"])
     config = build_config("icl", {}, {"models": ["a/b"], "data_dir": str(FIXTURES), "ctx": "2k", "test_size": 6,
                                       "shots": "8", "orders": ["random:2"]})  # fmt: skip
-    data = icl.dataset("trec", str(FIXTURES))
+    data = demos.dataset("trec", str(FIXTURES))
     samples = icl.make_samples(config.options, config.seed)
     checked = 0
     for batch in icl.batches(samples, config):
         records = list(icl.evaluate(batch, backend, config))
         assert all(r.fields["status"] == "ok" for r in records)
         [(prefix, queries, choices)] = backend.scored[-1:]
-        block = icl.demonstration_block(batch[0].run, str(FIXTURES), config.seed)
+        block = demos.demonstration_block(batch[0].run, str(FIXTURES), config.seed)
         for sample, query, options in zip(batch, queries, choices):
-            text = block + icl.format_example("trec", data.test[sample.test_id].text, None)
+            text = block + demos.format_example("trec", data.test[sample.test_id].text, None)
             for label, choice in zip(data.labels, options):
                 assert prefix + query + choice == backend.encode(text + " " + label).ids, (tokenizer, label)
                 checked += 1

@@ -261,7 +261,7 @@ def _top2_gap_at_divergence(path: str, record: dict, other_output: str) -> float
     """Rebuild the record's prompt on HF, feed the two outputs' common token prefix, and return the gap between the
     two likeliest next tokens' log-probs there."""
     from diffeval.data import hallucination as data
-    from diffeval.tasks.hallucination import fit_prompt
+    from diffeval.tasks.conversations.prompts import fit_prompt
 
     backend = make_backend(ModelSpec("m", path), EngineSettings(device="cpu"), "hf")
     spec = data.SPECS[record["dataset"]]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from diffeval.config import context_option, option
 from diffeval.errors import InputError
@@ -13,6 +14,9 @@ from diffeval.errors import InputError
 @dataclass(frozen=True)
 class LmEvalOptions:
     """What every task run through lm-eval takes."""
+
+    if TYPE_CHECKING:  # declared by each task, after its own options (its flag and help are the task's)
+        lm_tasks: list[str]
 
     ctx: list[int] = context_option([2048], help="lm-eval's max_length [default: 2048]")
     include_path: str | None = option(None, help="folder of extra lm-eval task YAMLs (e.g. local data files)")
@@ -38,11 +42,6 @@ def task_manager(tasks: list[str], include_path: str | None = None):
     if unknown:
         raise InputError(f"lm-eval has no task(s) {unknown}: check the names, or --include-path for custom YAMLs")
     return manager
-
-
-def check_lm_tasks(config) -> None:
-    """The check stage: lm-eval is installed and knows every --tasks name, before a model loads."""
-    task_manager(config.options.lm_tasks, config.options.include_path)
 
 
 def evaluate_tasks(

@@ -10,10 +10,13 @@ from importlib.metadata import entry_points
 from typing import Any
 
 from diffeval.config import RunConfig
-from diffeval.tasks import hallucination, icl, nll, outliers, quantize, zeroshot
 from diffeval.tasks.analyses import attention, distractor_attention
 from diffeval.tasks.base import Task, configure, registry
+from diffeval.tasks.choices import icl
+from diffeval.tasks.conversations import hallucination
 from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, needle, nolima, vt
+from diffeval.tasks.internals import outliers, quantize, zeroshot
+from diffeval.tasks.loss import nll
 
 
 def _plugins() -> list[Task]:

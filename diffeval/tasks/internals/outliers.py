@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 import weakref
 from dataclasses import dataclass
+from types import GenericAlias
 from typing import TYPE_CHECKING
 
 from diffeval.config import context_option, option, parse_ctx
@@ -23,7 +24,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 from diffeval.paper import TABLE5
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Reporting, Running, Scoring, Task, with_cells
+from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -65,8 +66,8 @@ def make_samples(options, seed: int, limit: int | None = None, prepared=None) ->
     return [Sequence(sample_id(f"{key}|{i}"), i, seq_len) for i in range(count)]
 
 
-def check_inputs(config) -> None:
-    haystack_sentences(config.options.haystack, config.seed, 10)
+def check_inputs(context: RunContext[OutliersOptions]) -> None:
+    haystack_sentences(context.options.haystack, context.seed, 10)
 
 
 _streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -86,15 +87,15 @@ def _token_stream(backend: Backend, source: str, seed: int, tokens: int) -> list
         words *= 2
 
 
-def evaluate(batch: list[Sequence], backend: Backend, config) -> list[Record]:
+def evaluate(batch: list[Sequence], backend: Backend, context: RunContext[OutliersOptions]) -> list[Record]:
     import torch
 
     from diffeval.models.activations import RunningStats, logit_statistics
 
-    options = config.options
+    options = context.options
     seq_len = options.ctx[0]
     loaded = backend.torch_module()  # the activations are read inside the transformers model
-    stream = _token_stream(backend, options.haystack, config.seed, (batch[-1].index + 1) * seq_len)
+    stream = _token_stream(backend, options.haystack, context.seed, (batch[-1].index + 1) * seq_len)
     bos = [loaded.tokenizer.bos_token_id] if loaded.tokenizer.bos_token_id is not None else []
     records = []
     for sequence in batch:
@@ -189,12 +190,13 @@ def tables(records: pd.DataFrame, options: OutliersOptions, paper: bool = False)
 
 
 LAYER_STATS = {"top": list[float], "hist": dict[str, int], "count": int}  # `_serialise`'s per-layer statistics
+PER_LAYER = GenericAlias(dict, (str, LAYER_STATS))  # dict[str, LAYER_STATS], a schema kind (not a type) inside
 RECORD_SCHEMA = {
     "prompt_tokens": int,
     "max_attention_logit": float,
     "max_hidden_state": float,
-    "attention_logits": dict[str, LAYER_STATS],
-    "hidden_states": dict[str, LAYER_STATS],
+    "attention_logits": PER_LAYER,
+    "hidden_states": PER_LAYER,
 }
 
 
@@ -208,7 +210,7 @@ TASK = Task(
         needs=frozenset({"torch_module"}),
         # no budget: a length is a sequence of haystack tokens, with no prompt to fit and nothing generated
         check_inputs=check_inputs,
-        sizing=lambda samples, tokenizer, config: (sum(s.seq_len for s in samples), 0),
+        sizing=lambda samples, tokenizer, context: (sum(s.seq_len for s in samples), 0),
     ),
     reporting=Reporting(
         tables=tables,

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 
 from diffeval.config import option, parse_str_list
 from diffeval.models.backend import Backend
-from diffeval.models.lmeval import LmEvalOptions, check_lm_tasks, evaluate_tasks, headline_metric
+from diffeval.models.lmeval import LmEvalOptions, headline_metric
 from diffeval.paper import TABLE1
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Reporting, Running, Scoring, Task, with_cells, with_rows
+from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells, with_rows
+from diffeval.tasks.internals.lmeval import check_lm_tasks, lm_eval_results
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -38,17 +39,10 @@ def make_samples(options, seed: int, limit: int | None = None, prepared=None) ->
     return [Benchmark(sample_id(f"zeroshot|{t}"), t) for t in options.lm_tasks]
 
 
-def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[Record]:
-    options = config.options
+def evaluate(batch: list[Benchmark], backend: Backend, context: RunContext[ZeroshotOptions]) -> list[Record]:
     start = time.perf_counter()
-    results = evaluate_tasks(
-        backend.torch_module(),  # lm-eval's HF wrapper takes the loaded transformers model
-        [b.lm_task for b in batch],
-        config.limit,
-        options.ctx[0],
-        options.lm_batch_size,
-        options.include_path,
-    )
+    # lm-eval's HF wrapper takes the loaded transformers model
+    results = lm_eval_results(backend.torch_module(), [b.lm_task for b in batch], context.options, context.limit)
     seconds = (time.perf_counter() - start) / len(batch)
     records = []
     for benchmark in batch:
@@ -58,7 +52,7 @@ def evaluate(batch: list[Benchmark], backend: Backend, config) -> list[Record]:
             "metric": metric,
             "accuracy": value,
             "metrics": results[benchmark.lm_task],
-            "limit": config.limit,
+            "limit": context.limit,
         }
         records.append(Record("zeroshot", backend.info.name, benchmark.sample_id, 0, 0, seconds, fields))
     return records

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 from diffeval.config import int_list, option, parse_str_list
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
-from diffeval.models.lmeval import LmEvalOptions, check_lm_tasks, evaluate_tasks
+from diffeval.models.lmeval import LmEvalOptions
 from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Reporting, Running, Scoring, Task, with_cells
+from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells
+from diffeval.tasks.internals.lmeval import check_lm_tasks, lm_eval_results
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -63,18 +64,16 @@ def make_samples(options, seed: int, limit: int | None = None, prepared=None) ->
     ]
 
 
-def evaluate(batch: list[Setting], backend: Backend, config) -> list[Record]:
+def evaluate(batch: list[Setting], backend: Backend, context: RunContext[QuantizeOptions]) -> list[Record]:
     from diffeval.models.activations import quantized_logits
 
-    options = config.options
+    options = context.options
     loaded = backend.torch_module()  # the quantized logits are an attention implementation of this model
     records = []
     for setting in batch:
         start = time.perf_counter()
         with quantized_logits(loaded.model, setting.bits, options.granularity):
-            [metrics] = evaluate_tasks(
-                loaded, [setting.lm_task], config.limit, options.ctx[0], options.lm_batch_size, options.include_path
-            ).values()
+            [metrics] = lm_eval_results(loaded, [setting.lm_task], options, context.limit).values()
         fields = {
             "lm_task": setting.lm_task,
             "bits": setting.bits,
@@ -82,7 +81,7 @@ def evaluate(batch: list[Setting], backend: Backend, config) -> list[Record]:
             "acc": metrics.get("acc"),
             "acc_norm": metrics.get("acc_norm", metrics.get("acc")),
             "metrics": metrics,
-            "limit": config.limit,
+            "limit": context.limit,
         }
         seconds = time.perf_counter() - start
         records.append(Record("quantize", backend.info.name, setting.sample_id, 0, 0, seconds, fields))

@@ -1,0 +1,129 @@
+"""Hallucination's tables, plot and sample view: the paper's Table 4 layout (or its proxy), the judging counts, the
+judges' agreement, and a sample's document, reference and each model's judged output."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+from diffeval.data import hallucination as data
+from diffeval.errors import InputError
+from diffeval.paper import TABLE4
+from diffeval.tasks.base import RunContext, with_cells, with_rows
+from diffeval.tasks.conversations.judging import judge_agreement
+
+if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
+    from pathlib import Path
+
+    import pandas as pd
+
+    from diffeval.tasks.conversations.hallucination import HallucinationOptions
+
+
+def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
+    from diffeval.plotting import plt
+
+    judged = records.dropna(subset=["score"])
+    bars = judged.pivot_table(index="dataset", columns="model", values="score", aggfunc="mean", sort=False)
+    proxy = (records["judge_kind"] == "proxy").any()
+    ax = bars.plot.bar(rot=0, figsize=(7, 3.6))
+    ax.set(
+        ylim=(0, 1),
+        ylabel="proxy score" if proxy else "hallucination-free fraction",
+        title="overlap PROXY (not a hallucination rate)" if proxy else "judged hallucination-free",
+    )
+    path = folder / "hallucination.png"
+    ax.figure.tight_layout()
+    ax.figure.savefig(path, dpi=120)
+    plt.close(ax.figure)
+    return [path]
+
+
+def tables(records: pd.DataFrame, options: HallucinationOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
+    import pandas as pd
+
+    records = _with_outcomes(records)
+    judged = records.dropna(subset=["score"])
+    table = judged.pivot_table(index="model", columns="dataset", values="score", aggfunc="mean", sort=False)
+    order = [d for d in data.DATASETS if d in table.columns]
+    table = table[order]
+    outcomes = records.groupby("model", sort=False)["outcome"]
+    table["degenerate"] = outcomes.apply(lambda o: int((o == "degenerate").sum()))
+    table["unparsed"] = outcomes.apply(lambda o: int((o == "unparsed").sum()))
+    row_cells = [{"model": m} for m in table.index]
+    proxy = (records["judge_kind"] == "proxy").any()
+    if paper and not proxy:  # a proxy is not the paper's measurement: no paper rows beside it
+        paper_rows = pd.DataFrame.from_dict(TABLE4, orient="index")[order]
+        table = with_rows(table, paper_rows)
+    columns = [{"dataset": d, "verdict": [True, False]} for d in order]
+    columns += [{"outcome": "degenerate"}, {"outcome": "unparsed"}]
+    table = with_cells(table.round(3), row_cells, columns)
+    out = {"table4_proxy" if proxy else "table4": table}
+    counts = records.groupby(["model", "dataset"], sort=False).agg(
+        samples=("sample_id", "count"),
+        faithful=("outcome", lambda o: int((o == "faithful").sum())),
+        hallucinated=("outcome", lambda o: int((o == "hallucinated").sum())),
+        degenerate=("outcome", lambda o: int((o == "degenerate").sum())),
+        unparsed_verdicts=("outcome", lambda o: int((o == "unparsed").sum())),
+        truncated=("truncated_tokens", lambda t: int((t > 0).sum())),
+    )
+    counts["judge"] = records.groupby(["model", "dataset"], sort=False)["judge"].first()
+    out["judging"] = with_cells(counts, [{"model": m, "dataset": d} for m, d in counts.index], [{}] * counts.shape[1])
+    agreement = judge_agreement(records)
+    if agreement is not None:
+        out["judges"] = agreement
+    return out
+
+
+def _with_outcomes(records: pd.DataFrame) -> pd.DataFrame:
+    """Each record's outcome; records from before outcomes were kept get theirs from the verdict."""
+    derived = records["verdict"].map({True: "faithful", False: "hallucinated"}).fillna("unparsed")
+    if "outcome" not in records:
+        return records.assign(outcome=derived)
+    return records.assign(outcome=records["outcome"].fillna(derived))
+
+
+@lru_cache(maxsize=4)
+def _documents(name: str, data_dir: str | None, count: int) -> dict[str, data.Document]:
+    """A dataset's documents by id, read once for all the samples a viewer opens."""
+    return {d.id: d for d in data.load(name, data_dir, count)}
+
+
+VIEW_EDGE_CHARS = 1500  # document characters shown on each side of an elided middle
+VIEW_FULL_CHARS = 200_000  # documents up to this length come whole, for the page to show when asked
+
+
+def sample_view(
+    context: RunContext[HallucinationOptions], records: dict[str, dict], tokenizer_for, full_text: bool | None
+):
+    """For `diffeval view`: the sample's question and document, read again from the run's data, the reference, and
+    each model's output with its verdict, judge and rationale. A long document comes as its two ends, and whole too
+    when `full_text` (None: up to VIEW_FULL_CHARS)."""
+    from diffeval.tasks.blocks import Document, Elided, Field, Output, Outputs, Text
+
+    first = next(iter(records.values()))
+    options = context.options
+    document = _documents(first["dataset"], options.data_dir, options.samples).get(first["id"])
+    if document is None:
+        raise InputError(f"document {first['id']} is no longer in the run's {first['dataset']} data")
+    text, edge = document.context, VIEW_EDGE_CHARS
+    whole = len(text) <= VIEW_FULL_CHARS if full_text is None else full_text
+    shown: Elided | str
+    if len(text) > 2 * edge + 200:
+        shown = Elided(text[:edge], text[-edge:], f"… {len(text) - 2 * edge} characters …", text if whole else None)
+    else:
+        shown = text
+    blocks = [Text([document.question], style="paragraph", title="Question")] if document.question else []
+    blocks += [
+        Text([shown], style="document", title=f"Document ({len(text)} characters)"),
+        Text([first.get("reference") or ""], style="paragraph", title="Reference"),
+    ]
+    verdicts = {True: "hallucination-free", False: "hallucinated", None: "verdict unparsed"}
+    outputs = [
+        Output(model, record.get("output"), record.get("verdict"), verdicts[record.get("verdict")], [
+            Field("judge", record.get("judge")), Field("rationale", record.get("judge_rationale") or "—"),
+            Field("document tokens cut", record.get("truncated_tokens")),
+        ])
+        for model, record in records.items()
+    ]  # fmt: skip
+    return Document([*blocks, Outputs(outputs, title="Outputs")])

@@ -1,0 +1,70 @@
+"""A given document in a prompt template, through a model's chat template, fitted into a token budget by cutting the
+document's middle (as LongBench truncates), never the template nor the chat template's turns."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from diffeval.errors import InputError
+from diffeval.models.backend import Backend
+
+
+class PromptTemplate(Protocol):
+    """A prompt template: `template` formatted with {context} and {input}, its last line the answer prefix that the
+    output continues ("Summary:", "Answer:"); and the tokens the answer may take."""
+
+    @property
+    def template(self) -> str: ...
+
+    @property
+    def max_new_tokens(self) -> int: ...
+
+
+class GivenDocument(Protocol):
+    """The text a prompt is about, and the question asked of it (empty when none)."""
+
+    @property
+    def context(self) -> str: ...
+
+    @property
+    def question(self) -> str: ...
+
+
+def answer_prefix(spec: PromptTemplate) -> str:
+    """The last line of the template ("Summary:", "Answer:"), which the output continues."""
+    return spec.template.rsplit("\n", 1)[1]
+
+
+def prompt_text(spec: PromptTemplate, context: str, question: str, backend: Backend, chat_template: bool) -> str:
+    """The template around the document and question. With the chat template, the template up to its answer prefix
+    (the document and the question) is the user turn and the answer prefix opens the assistant's reply."""
+    text = spec.template.format(context=context, input=question)
+    if not chat_template:
+        return text
+    prefix = answer_prefix(spec)
+    return backend.render_prompt(text[: -len(prefix)], prefix, True)
+
+
+def fit_prompt(
+    spec: PromptTemplate, doc: GivenDocument, backend: Backend, budget: int, chat_template: bool = False
+) -> tuple[list[int], int]:
+    """The prompt's token ids within `budget`, cutting the middle of the document (never the template, nor the chat
+    template's turns); and how many tokens were cut."""
+    ids = backend.encode(prompt_text(spec, doc.context, doc.question, backend, chat_template)).ids
+    if len(ids) <= budget:
+        return ids, 0
+    context = backend.encode(doc.context, special_tokens=False).ids
+    cut = len(ids) - budget
+    while True:  # decoding and re-encoding the two halves can shift a few tokens: cut until it fits
+        keep = max(len(context) - cut, 0)
+        head = backend.decode(context[: keep // 2])
+        tail = backend.decode(context[len(context) - (keep - keep // 2) :]) if keep else ""
+        ids = backend.encode(prompt_text(spec, head + tail, doc.question, backend, chat_template)).ids
+        if len(ids) <= budget:
+            return ids, len(context) - keep
+        if keep == 0:  # the template and question alone exceed the budget: no cut of the document helps
+            raise InputError(
+                f"--ctx {budget + spec.max_new_tokens}: the prompt without any document takes {len(ids)} tokens, more "
+                f"than the {budget} left beside the answer's {spec.max_new_tokens}: use a longer --ctx"
+            )
+        cut += len(ids) - budget
