@@ -12,6 +12,8 @@ import pytest
 
 from diffeval.report.gates import run_folders
 from diffeval.report.tables import build_report
+from diffeval.results import RunFolder
+from diffeval.view.data import config_from_run
 
 ROOT = Path(__file__).resolve().parents[1]
 TABLE_SUFFIXES = (".md", ".csv")  # plots (PNG) are not byte-stable across matplotlib builds
@@ -47,3 +49,15 @@ def test_report_writes_the_committed_tables(run, tmp_path):
         if not (written / path.name).is_file() or (written / path.name).read_bytes() != (ROOT / path).read_bytes()
     ]
     assert not differ, f"a fresh report of {run} differs from its committed tables: {differ}"
+
+
+@pytest.mark.parametrize("run", RUNS)
+def test_a_committed_run_folder_resumes_under_todays_config(run):
+    """The config a committed run.json stored, as the commit that wrote it saw it, configures today to the same run:
+    its folder resumes rather than being refused as another run's."""
+    folder = RunFolder(ROOT / run)
+    stored = folder.read_run()
+    assert stored is not None, f"{run}/run.json cannot be read"
+    config = config_from_run(stored)
+    folder.check_identity(config)
+    assert config.identity_of(stored["config"]) == config.identity()
