@@ -8,7 +8,7 @@ from diffeval.longctx import lengths, scoring
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks.haystack import needle, recipe, tables
+from diffeval.tasks.haystack import needle, needle_report, recipe, tables
 from diffeval.tasks.haystack.needle import NeedleOptions
 from diffeval.tasks.haystack.recipe import STOP
 
@@ -144,7 +144,7 @@ def test_rescoring_adds_unqueried_numbers_and_precision():
         "expected": [["1234567"]] * 4,
         "numbers": [["1234567", "7654321"]] * 4,
     })  # fmt: skip
-    scored = needle.rescore(frame, "default")
+    scored = needle_report.rescore(frame, "default")
     assert list(scored["score"]) == [1.0, 1.0, 1.0, 0.0]
     assert list(scored["unqueried_numbers"]) == [False, True, False, False]  # 42 belongs to no needle
     assert list(scored["precision"][:3]) == [1.0, 0.5, 0.5] and pd.isna(scored["precision"][3])

@@ -10,32 +10,27 @@ Recipe (the rest is the haystack family's machinery, diffeval/tasks/haystack, on
    never cut short.
 3. score: the fraction of the R expected numbers found in the output (`default` rule at run time; `diffeval report
    --scoring ruler` rescores the stored outputs); `correct` = all found.
+Its tables (Table 2), plots, rescoring and view are in needle_report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diffeval.config import context_option, int_list, option
 from diffeval.data.cities import CITIES
 from diffeval.errors import InputError
 from diffeval.longctx import scoring
-from diffeval.longctx.lengths import parse_format_ctx
 from diffeval.models.backend import Backend
-from diffeval.paper import TABLE2
 from diffeval.records import MayBeAbsent
-from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Scoring, Task, Viewing, with_cells, with_rows
-from diffeval.tasks.blocks import Mark
-from diffeval.tasks.haystack import options, plots, samples, tables
+from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Scoring, Task, Viewing
+from diffeval.tasks.haystack import options, samples, tables
+from diffeval.tasks.haystack.needle_report import needle_plots, needle_tables, pieces, rescore
 from diffeval.tasks.haystack.recipe import Recipe, check_haystack, running
 from diffeval.tasks.haystack.samples import ANSWER, DISTRACTOR, HaystackPrompt, HaystackSample, Insert
-from diffeval.tasks.haystack.view import PromptText, sample_view_for
-
-if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
-    import pandas as pd
+from diffeval.tasks.haystack.view import sample_view_for
 
 
 @dataclass(frozen=True)
@@ -178,84 +173,6 @@ def token_limit(sample: HaystackSample, tokenizer: Any, context: RunContext[Any]
         return context.max_new_tokens
     answer = tokenizer.encode(" " + ", ".join(sample.expected), special_tokens=False).ids
     return max(MIN_NEW_TOKENS, len(answer) + ANSWER_MARGIN_PER_QUERY * len(sample.expected))
-
-
-def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
-    """The records scored by `rule` from their stored outputs, with the rule-independent answer diagnostics:
-    `unqueried_numbers` (the output names a number of a needle that was not asked for) and `precision` (expected
-    numbers found ÷ distinct numbers in the output; empty where the output has none)."""
-    scored = [scoring.score(output, expected, rule) for output, expected in zip(records["output"], records["expected"])]
-    found = [scoring.numbers_in(output) for output in records["output"]]
-    unqueried = [
-        bool(found_here & (set(numbers) - set(expected)))
-        for found_here, numbers, expected in zip(found, records["numbers"], records["expected"])
-    ]
-    precision = [
-        len(found_here & set(expected)) / len(found_here) if found_here else float("nan")
-        for found_here, expected in zip(found, records["expected"])
-    ]
-    return records.assign(score=[value for value, _ in scored], correct=[correct for _, correct in scored],
-                          unqueried_numbers=unqueried, precision=precision)  # fmt: skip
-
-
-def needle_tables(records: pd.DataFrame, options: NeedleOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
-    """Table 2 layout (rows = models, columns = N/R, per length) and a depth × length grid per model; with several
-    lengths, the effective length over the run's `options.base_lengths`."""
-    import pandas as pd
-
-    frame, lengths = tables.with_lengths(records)
-    frame["setting"] = frame["needles"].astype(str) + "/" + frame["queries"].astype(str)
-    nr_order = sorted(frame["setting"].unique(), key=lambda s: tuple(int(x) for x in s.split("/")))
-    table2 = tables.scores_by_setting(frame, lengths, nr_order)
-    column_cells = [_cell(length, nr) for length, nr in table2.columns]
-    table2.columns = [f"{length} N/R={nr}" for length, nr in table2.columns]
-    row_cells = [{"model": m} for m in table2.index]
-    if paper and "4K" in lengths:  # the paper's Table 2 is at 4K
-        rows = {
-            m: {f"4K N/R={nr}": v for nr, v in cells.items() if f"4K N/R={nr}" in table2.columns}
-            for m, cells in TABLE2.items()
-        }
-        table2 = with_rows(table2, pd.DataFrame.from_dict(rows, orient="index"))
-    out = {"table2": with_cells(table2.round(3), row_cells, column_cells)}
-    out["answers"] = tables.answers_table(
-        frame, {"unqueried_numbers": ("unqueried_numbers", "mean"), "precision": ("precision", "mean")}
-    )
-    if len(lengths) > 1:
-        out["effective_length"] = tables.effective_length_table(frame, options.base_lengths)
-    return {**out, **tables.depth_grids(frame, lengths)}
-
-
-def _cell(length: str, nr: str) -> dict:
-    """The records behind a Table 2 column: its length and N/R, as record values."""
-    needles, queries = nr.split("/")
-    return {"ctx": parse_format_ctx(length), "needles": int(needles), "queries": int(queries)}
-
-
-def needle_plots(records: pd.DataFrame, folder: Path) -> list[Path]:
-    """Figure 5 style: a depth × length accuracy heatmap per model; score by depth, one line per length."""
-    return [
-        plots.depth_heatmaps(records, folder / "needle_heatmap.png", "mean over N/R"),
-        plots.depth_curves(records, folder / "needle_position_curves.png", "answer needle depth (%)"),
-    ]
-
-
-def pieces(prompt: HaystackPrompt, sample: HaystackSample, whole: bool) -> list:
-    """The prompt's text in pieces that tile it: scaffold text, haystack stretches (elided when long), and each
-    needle marked (unqueried ones faint) with its number's own tokens marked inside it."""
-    text = PromptText(prompt, whole)
-    marked = []
-    needles = zip(prompt.spans["needles"], prompt.spans["numbers"], sample.extra["cities"], sample.inserts)
-    for (start, end), (number_start, number_end), city, insert in sorted(needles, key=lambda needle: needle[0]):
-        first, last = prompt.offsets[number_start][0], prompt.offsets[number_end - 1][1]  # the number's own tokens
-        queried = insert.role == ANSWER
-        note = f"recorded span: tokens {number_start}-{number_end} (expected {insert.values[0]})"
-        number = Mark([text.text[first:last]], tone="strong", kind="number", note=note)
-        marked.append((start, end, Mark(
-            [text.text[text.starts[start] : first], number, text.text[last : text.starts[end]]],
-            tone="highlight" if queried else "faint", kind="needle" if queried else "needle other",
-            note=f"{'queried' if queried else 'other'} needle: {city}, tokens {start}-{end}",
-        )))  # fmt: skip
-    return text.tiled(prompt.spans, marked)
 
 
 # what needle's tables, rescoring (output against expected and the other needles' numbers) and view read; the view's
