@@ -3,8 +3,8 @@
 A page opened from disk may not fetch files, but it may load scripts: every payload the server would answer is
 written as a script that hands it to the page (`diffevalData(PATH, PAYLOAD)`), under the path the page asks the
 server for. Sample views are written one file per sample and loaded when a sample is opened, so a large run's page
-opens as fast as a small one's. Prompts over `needle.VIEW_FULL_TOKENS` tokens are exported elided; `diffeval view`
-on the folder shows them whole.
+opens as fast as a small one's. Prompts over `haystack.view.VIEW_FULL_TOKENS` tokens are exported elided;
+`diffeval view` on the folder shows them whole.
 """
 
 from __future__ import annotations
