@@ -231,7 +231,7 @@ def test_attention_analysis_decomposes_v2_maps_with_the_per_token_lambda(v2_chec
     sigmoid(W_λ x) of that row's attention input, and A1 − λ·A2 therefore sums to 1 − λ per row."""
     import numpy as np
 
-    from diffeval.tasks.analyses.attention import SEGMENTS, per_map_shares
+    from diffeval.tasks.analyses.shares import SEGMENTS, per_map_shares
 
     backend = HFBackend(load_model(ModelSpec("v2", str(v2_checkpoint)), "cpu"))
     ids = backend.encode("The grass is green. The sky is blue. The sun is yellow. Here we go.").ids

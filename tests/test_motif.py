@@ -142,7 +142,7 @@ def test_attention_analysis_splits_motif_maps(motif_models, tmp_path, shape):
     1 − λ of the layer."""
     import numpy as np
 
-    from diffeval.tasks.analyses.attention import SEGMENTS, per_map_shares
+    from diffeval.tasks.analyses.shares import SEGMENTS, per_map_shares
 
     backend = HFBackend(load_model(ModelSpec("m", str(motif_models[shape])), "cpu"))
     ids = backend.encode("The grass is green. The sky is blue. The sun is yellow. Here we go.").ids
