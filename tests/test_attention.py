@@ -112,6 +112,7 @@ def test_unsupported_architecture_is_named(tmp_path):
             pass
 
 
+@pytest.mark.slow
 def test_attention_cli_writes_table3_and_plots(tiny_models, tmp_path):
     out = tmp_path / "attn"
     result = run_cli(

@@ -181,6 +181,7 @@ def test_weights_check_refuses_v2_weights_without_lambda_proj_or_config(v2_check
     assert 'Differential Transformer V2 weights (lambda_proj): give them a V2 config (model_type "diffllama2"' in line
 
 
+@pytest.mark.slow
 def test_stock_transformers_refuses_v2_and_diffeval_registers_it_on_first_load(v2_checkpoint):
     script = f"""
 import sys
@@ -203,6 +204,7 @@ print("ok")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
+@pytest.mark.slow
 def test_starting_the_cli_leaves_v2_unregistered():
     """Registration waits for the first model load: `import diffeval` imports no torch, and the CLI module does not
     import the V2 modeling code."""
@@ -215,6 +217,7 @@ def test_starting_the_cli_leaves_v2_unregistered():
     assert result.stdout.split() == ["False", "False", "False"], result.stdout
 
 
+@pytest.mark.slow
 def test_cli_runs_needle_on_a_v2_checkpoint(v2_checkpoint, tmp_path):
     out = tmp_path / "run"
     result = run_cli("run", "needle", "-m", f"v2={v2_checkpoint}", "--ctx", "1k", "--depths", "50", "--samples", "2",
@@ -226,6 +229,7 @@ def test_cli_runs_needle_on_a_v2_checkpoint(v2_checkpoint, tmp_path):
     assert len(records) == 2 and {r["model"] for r in records} == {"v2"}
 
 
+@pytest.mark.slow
 def test_attention_analysis_decomposes_v2_maps_with_the_per_token_lambda(v2_checkpoint, tmp_path):
     """Table 3 on V2: A1 and A2 are the adjacent query heads' softmax maps (rows sum to 1), λ at each row is
     sigmoid(W_λ x) of that row's attention input, and A1 − λ·A2 therefore sums to 1 − λ per row."""

@@ -185,6 +185,7 @@ def test_bad_icl_input(data_dir):
         _options(data_dir, datasets="imdb")
 
 
+@pytest.mark.slow
 def test_icl_cli_end_to_end(data_dir, tiny_models, tmp_path):
     out = tmp_path / "icl"
     indices = tmp_path / "trec-indices.json"
@@ -222,6 +223,7 @@ def test_icl_cli_end_to_end(data_dir, tiny_models, tmp_path):
     assert summary[0].startswith("model,dataset,shots,order,order_seed,draw,n,accuracy")
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_real_trec_with_protocol_indices(tiny_models, tmp_path):
     if not (SHARED_DATASETS / "trec" / "train.jsonl").is_file():
@@ -255,6 +257,7 @@ def test_real_trec_with_protocol_indices(tiny_models, tmp_path):
     assert {len(r["label_scores"]) for r in records} == {6, 50}
 
 
+@pytest.mark.slow
 def test_a_run_with_every_prompt_over_budget_writes_counts_and_tables(data_dir, tiny_models, tmp_path):
     out = tmp_path / "over"
     args = ["run", "icl", "-m", f"base={tiny_models['base']}", "--shots", "50", "--ctx", "256", "--test-size", "3"]

@@ -136,6 +136,7 @@ def test_lambda_init_follows_motif_and_inspect_shows_the_variant(motif_models):
     assert result.returncode == 0 and "2 groups of 4 signal heads and 1 noise head" in shown, shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["gqa", "gda"])
 def test_attention_analysis_splits_motif_maps(motif_models, tmp_path, shape):
     """A1 and A2 are map 1 (even query heads) and map 2 (odd), each a softmax (rows sum to 1); A1 − λ·A2 sums to
@@ -233,6 +234,7 @@ def test_weights_without_polynorm_or_lambda_tensors_are_refused(motif_models, tm
     assert f"do not match MotifForCausalLM (missing {tensor})" in line
 
 
+@pytest.mark.slow
 def test_needle_and_icl_run_on_motif_through_the_cli(motif_models, tmp_path):
     from conftest import SHARED_DATASETS
 

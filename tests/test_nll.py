@@ -272,6 +272,7 @@ def test_bad_input_is_one_line(tiny_models, tmp_path, make, args, message):
     assert not (out / "samples.jsonl").exists() or not (out / "samples.jsonl").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_shared_books_at_8k_in_one_process(tmp_path):
     """The books of ../shared/datasets through the real command line (a subprocess), the built-in pair."""

@@ -144,6 +144,7 @@ def test_without_words_drops_sentences_naming_the_words():
     assert kept == ["The sky is blue.", "A bird unbathed."]  # "Bathing", "lawyer" go: a word that starts with one
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "text, problem",
     [
@@ -163,6 +164,7 @@ def test_a_malformed_needle_set_is_one_line(tmp_path, text, problem):
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -207,6 +209,7 @@ PROBE_RUNS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task, extra", PROBE_RUNS)
 def test_every_probe_runs_reports_and_views_through_the_command_line(tmp_path, task, extra):
     """At 1K and 2K; cwe with 5 common words at 4: the toy tokenizers spend several tokens per word, and 1K cannot
@@ -255,6 +258,7 @@ def test_the_ruler_core_preset_runs_rulers_defaults(tmp_path):
     assert all(options.ctx == [4096] for options in by_task.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("probe_name, extra", [("mk-niah", ["--variants", "1,2"]), ("vt", ["--chains", "3"])])
 def test_distractor_attention_splits_the_answer_from_the_distractors(tmp_path, probe_name, extra):
     """On the probe's own samples (the same ids as its runs), for a V1 DIFF, a V2 DIFF and a baseline: every segment
@@ -298,6 +302,7 @@ def test_distractor_attention_splits_the_answer_from_the_distractors(tmp_path, p
     assert "distractors per 1K tokens" in table and "v2" in table and "baseline" in table
 
 
+@pytest.mark.slow
 def test_distractor_attention_refuses_a_probe_without_distractors(tmp_path):
     for args, message in ((["--probe", "nolima"], "bad --probe 'nolima'"),
                           (["--probe", "vt", "--chains", "1"], "no distractor chain")):  # fmt: skip

@@ -18,6 +18,9 @@ from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer
 from diffeval.tasks import attention, build_config, icl, needle
 
+# slow: four checkpoints around the real tokenizers, loaded per module (about 25 s) and run
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 TOKENIZERS = ("mistral", "llama3")
 

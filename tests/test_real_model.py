@@ -11,6 +11,9 @@ import pytest
 
 from conftest import SHARED_DATASETS, run_cli
 
+# slow: SmolLM2 through the real command line
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 
 

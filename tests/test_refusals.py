@@ -159,6 +159,7 @@ def places(tmp_path_factory) -> dict[str, str]:
     return {"run": str(run), "file": str(root / "a-file"), "tmp": str(root)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("entry", sorted(REFUSALS), ids=lambda e: f"{e[0]} {e[1]}")
 def test_a_value_naming_something_absent_is_refused(entry, places, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # run folders of refused runs would land here: there must be none

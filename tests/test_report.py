@@ -194,6 +194,7 @@ def test_proxy_table_has_no_paper_rows(tmp_path):
     assert "not a hallucination rate" in (folder / "table.md").read_text()
 
 
+@pytest.mark.slow
 def test_latex_compiles(runs, tmp_path):
     build_report([RunFolder(p) for p in runs.values()], ["latex"], tmp_path / "tex", paper=True)
     for name in runs:
@@ -230,6 +231,7 @@ def test_statistics_against_known_values():
     assert result["p_value"] == pytest.approx(0.03125)  # all 6 differences positive: exact 2 / 2**6
 
 
+@pytest.mark.slow
 def test_fail_under_gates(runs):
     met = run_cli("report", str(runs["needle"]), "--fail-under", "needle.accuracy@diff=0.7")
     assert met.returncode == 0, met.stderr
@@ -250,6 +252,7 @@ def test_fail_under_gates(runs):
     assert bad.returncode == 2 and "unknown metric needle.speed" in bad.stderr
 
 
+@pytest.mark.slow
 def test_compare_exit_codes(tmp_path):
     many = 40
     old = _folder(tmp_path, "old", "needle", needle_records((1,) * many, (1,) * many))
@@ -265,6 +268,7 @@ def test_compare_exit_codes(tmp_path):
     assert run_cli("compare", str(old), str(unrelated)).returncode == 2
 
 
+@pytest.mark.slow
 def test_damaged_and_missing_input(runs, tmp_path):
     with (runs["icl"] / "samples.jsonl").open("a") as handle:
         handle.write("[1, 2]\n{not json\n")
@@ -276,6 +280,7 @@ def test_damaged_and_missing_input(runs, tmp_path):
     assert missing.returncode == 2 and "neither a run folder nor a suite folder" in missing.stderr
 
 
+@pytest.mark.slow
 def test_suite_runs_every_task_and_gates(tiny_models, tmp_path):
     out = tmp_path / "suite"
     args = [

@@ -32,6 +32,9 @@ from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
 from diffeval.models.vllm_options import VLLMOptions  # noqa: E402
 
+# slow: vLLM engines (seconds each to start) and the command line in real processes
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 BUILTIN = Path(__file__).resolve().parents[1] / "diffeval" / "toy_models"
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
