@@ -50,7 +50,10 @@ def _brute_force_shares(path, ids, rows, segments, lambdas):
 
 
 @pytest.mark.parametrize("model_name", ["diff", "base_a"])
-@pytest.mark.parametrize(("rows", "span", "ctx"), [("last", "answer", 2048), ("answer", "needle", 1024)])
+@pytest.mark.parametrize(
+    ("rows", "span", "ctx"),
+    [pytest.param("last", "answer", 2048, marks=pytest.mark.slow), ("answer", "needle", 1024)],  # 2048: seconds each
+)
 def test_shares_match_eager_attention_maps(tiny_models, model_name, rows, span, ctx):
     backend = HFBackend(load_model(ModelSpec(model_name, str(tiny_models[model_name])), "cpu"))
     sample = needle.make_sample(0, ctx, 50, 4, 2, 0)

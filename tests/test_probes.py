@@ -20,6 +20,7 @@ from diffeval.tasks import TASKS, cwe, mk_niah, mv_niah, nolima, probe, vt
 PAIR = ["-m", "diff=toy-diff", "-m", "base=toy-base"]
 
 
+# slow, the tests that take it: real_models builds four checkpoints around the real tokenizers' whole vocabularies
 @pytest.fixture(scope="module")
 def tokenizers(real_models):
     from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer
@@ -51,6 +52,7 @@ def test_samples_are_pure_and_the_needle_haystack_never_repeats_a_needles_key_or
     assert key not in haystack and value not in haystack and haystack.count("One of the special magic uuids") > 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mistral", "llama3"])
 @pytest.mark.parametrize("variant", [1, 2, 3])
 def test_mk_niah_fills_the_budget_with_the_answer_at_its_depth(tokenizers, name, variant):
@@ -71,6 +73,7 @@ def test_mk_niah_fills_the_budget_with_the_answer_at_its_depth(tokenizers, name,
         assert tokenizers[name].decode(prompt.ids[start:end]).count("One of the special magic") > 20
 
 
+@pytest.mark.slow
 def test_mv_niah_asks_for_every_value_of_one_key(tokenizers):
     options = mv_niah.MVNiahOptions(ctx=[1024], depths=[0], samples=1)
     sample = mv_niah.make_sample(options, 0, 1024, 0, "values=4", 0)
@@ -82,6 +85,7 @@ def test_mv_niah_asks_for_every_value_of_one_key(tokenizers):
                          "ruler") == (0.5, False)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_vt_keeps_every_chain_in_order_among_distractor_chains(tokenizers):
     options = vt.VTOptions(ctx=[2048], depths=[25], samples=1, chains=3, hops=4)
     sample = vt.make_sample(options, 0, 2048, 25, "chains=3 hops=4", 0)
@@ -99,6 +103,7 @@ def test_vt_keeps_every_chain_in_order_among_distractor_chains(tokenizers):
     assert "assgined the value" in prompt.text  # RULER's answer prefix, as it spells it
 
 
+@pytest.mark.slow
 def test_cwe_lists_common_words_at_their_frequency_and_fills_the_budget(tokenizers):
     for ctx, frequencies in ((2048, (6, 1)), (4096, (30, 3))):
         options = cwe.CWEOptions(ctx=[ctx], samples=1)
@@ -114,6 +119,7 @@ def test_cwe_lists_common_words_at_their_frequency_and_fills_the_budget(tokenize
         assert sum(counts.values()) == prompt.haystack_words
 
 
+@pytest.mark.slow
 def test_the_nolima_set_has_forty_low_overlap_pairs_and_a_haystack_without_their_words(tokenizers):
     needles = nolima.load_needle_set("")
     assert len(needles.pairs) >= 40
@@ -185,6 +191,7 @@ def test_bad_probe_input_is_one_line(tmp_path, args, message):
     assert not (tmp_path / "o" / "samples.jsonl").exists() or not (tmp_path / "o" / "samples.jsonl").read_text()
 
 
+@pytest.mark.slow
 def test_the_most_that_fits_is_named_and_fits(tokenizers):
     options = mk_niah.MKNiahOptions(ctx=[1024], variants=[1], keys=RESERVED_PAIRS, depths=[0], samples=1)
     sample = mk_niah.make_sample(options, 0, 1024, 0, "multikey_1", 0)
