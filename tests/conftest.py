@@ -33,6 +33,14 @@ _RUNNING: list = [None]  # the test item being set up, run or torn down
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """A vLLM test is slow (engines take seconds to start): marked here, before `-m` selects."""
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     _RUNNING[0] = item
 

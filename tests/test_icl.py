@@ -78,6 +78,7 @@ def _options(data_dir, **overrides):
     return build_config("icl", {}, values).options
 
 
+@pytest.mark.transformers_floor
 def test_loaders_and_verbalizers(data_dir):
     trec = icl_data.load("trec", str(data_dir))
     assert trec.labels == ["abbreviation", "entity", "description", "human", "location", "numeric"]
@@ -92,6 +93,7 @@ def test_loaders_and_verbalizers(data_dir):
         icl_data.load("trec", str(data_dir / "nowhere"))
 
 
+@pytest.mark.transformers_floor
 def test_orders_permute_one_draw(data_dir):
     options = _options(data_dir)
     draw = icl.demonstrations("trec", options.data_dir, 0, 0, 24)
@@ -113,6 +115,7 @@ def test_orders_permute_one_draw(data_dir):
     assert grouped == sorted(grouped)
 
 
+@pytest.mark.transformers_floor
 def test_samples_are_the_same_for_every_model_and_resolve_max(data_dir, tiny_models):
     config = build_config(
         "icl",
@@ -147,6 +150,7 @@ def test_samples_are_the_same_for_every_model_and_resolve_max(data_dir, tiny_mod
     assert not any(over_budget(k)) and any(over_budget(k + 1))
 
 
+@pytest.mark.transformers_floor
 def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
     run = icl.Run("trec", 10, "random", 0, 0)
@@ -164,6 +168,7 @@ def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):
         assert [v for v, _ in fast] == pytest.approx([v for v, _ in slow], abs=1e-3)
 
 
+@pytest.mark.transformers_floor
 def test_over_budget_runs_are_reported_not_truncated(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("base", str(tiny_models["base"])), "cpu"))
     config = SimpleNamespace(options=_options(data_dir, ctx="256"), seed=0, chat_template=False)
@@ -174,6 +179,7 @@ def test_over_budget_runs_are_reported_not_truncated(data_dir, tiny_models):
     assert all(r["prediction"] is None and r["prompt_tokens"] > 256 for r in records)
 
 
+@pytest.mark.transformers_floor
 def test_bad_icl_input(data_dir):
     with pytest.raises(InputError, match="one context length"):
         _options(data_dir, ctx="1k,2k")

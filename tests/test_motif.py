@@ -51,6 +51,7 @@ def test_polynorm_matches_the_published_case():
     torch.testing.assert_close(got, torch.tensor(case["expected"]), atol=1e-5, rtol=0)
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_logits_match_the_independent_reference(motif_models, shape, impl):
@@ -108,6 +109,7 @@ def test_a_wrong_repeat_or_grouping_fails_the_comparison(motif_models, monkeypat
     assert (ours - reference).abs().max().item() > 1e-2
 
 
+@pytest.mark.transformers_floor
 def test_generation_through_the_kv_cache_is_a_llamas_cache_and_equals_full_forwards(motif_models):
     loaded = load_model(ModelSpec("m", str(motif_models["gqa"])), "cpu")
     model = loaded.model

@@ -11,6 +11,9 @@ from diffeval.models.spec import ModelSpec
 from diffeval.tasks import needle
 from diffeval.tasks.needle import NeedleOptions
 
+# every test here touches transformers' internals: .ci/run runs them again at the low end of its range
+pytestmark = pytest.mark.transformers_floor
+
 
 @pytest.fixture(scope="module")
 def backends(tiny_models):

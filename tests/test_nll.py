@@ -66,6 +66,7 @@ def variant(request, tiny_models, tmp_path_factory):
     backend.close()
 
 
+@pytest.mark.transformers_floor
 def test_token_nll_equals_full_logits_in_slices_of_any_size(variant, monkeypatch):
     ids = variant.document_start() + variant.encode(BOOK[:3000], special_tokens=False).ids
     with torch.inference_mode():
@@ -77,6 +78,7 @@ def test_token_nll_equals_full_logits_in_slices_of_any_size(variant, monkeypatch
         assert ours.shape == (len(ids) - 1,) and np.abs(ours - expected).max() < 1e-5
 
 
+@pytest.mark.transformers_floor
 def test_a_head_that_transforms_its_logits_is_refused(hf_diff, monkeypatch):
     from diffeval.errors import InputError
 
@@ -85,6 +87,7 @@ def test_a_head_that_transforms_its_logits_is_refused(hf_diff, monkeypatch):
         hf_diff.token_nll([1, 2, 3])
 
 
+@pytest.mark.transformers_floor
 def test_bits_per_byte_count_a_token_where_its_last_byte_falls():
     text = "aé" + "b" * 6  # 9 bytes in 8 characters: é is two bytes
     window = nll.Window("s", "d", "t", "g", 0, 0, len(text), 9, 12)
@@ -98,6 +101,7 @@ def test_bits_per_byte_count_a_token_where_its_last_byte_falls():
     assert fields["nll_per_token"] == pytest.approx(2.5) and fields["tokens"] == 4
 
 
+@pytest.mark.transformers_floor
 def test_bucket_sizes_count_the_bytes_assigned_to_them():
     for size, buckets in ((10, 3), (16_113, 16), (7, 7), (1000, 64)):
         edges = nll.bucket_edges(size, buckets)
@@ -105,6 +109,7 @@ def test_bucket_sizes_count_the_bytes_assigned_to_them():
         assert edges[0] == 0 and edges[-1] == size and list(np.diff(edges)) == list(assigned)
 
 
+@pytest.mark.transformers_floor
 def test_tables_read_only_the_windows_every_model_scored():
     """A folder resumed with another model whose tokenizer fits other windows keeps the earlier windows' records."""
     import pandas as pd
@@ -120,6 +125,7 @@ def test_tables_read_only_the_windows_every_model_scored():
     assert set(out["nll_bytes"]["windows"]) == {2}
 
 
+@pytest.mark.transformers_floor
 def test_every_model_scores_the_same_bytes_within_its_budget(tiny_models, tmp_path):
     data = write_books(tmp_path / "books")
     out = tmp_path / "run"
@@ -152,6 +158,7 @@ def test_every_model_scores_the_same_bytes_within_its_budget(tiny_models, tmp_pa
     assert again.returncode == 0 and len(_records(out)) == 12
 
 
+@pytest.mark.transformers_floor
 def test_a_shared_tokenizer_gets_per_token_tables_and_the_paper_note(tiny_models, tmp_path):
     import pandas as pd
 
@@ -175,6 +182,7 @@ def test_a_shared_tokenizer_gets_per_token_tables_and_the_paper_note(tiny_models
     assert len(paired) == 4  # one row per bucket
 
 
+@pytest.mark.transformers_floor
 def test_intervals_resample_whole_documents():
     """Two books of very different loss: the interval spans both; windows of one book add no independent evidence."""
     import pandas as pd
@@ -189,12 +197,14 @@ def test_intervals_resample_whole_documents():
     assert low[0] == pytest.approx(1.0) and high[0] == pytest.approx(3.0)  # a resample holds a, b, or both
 
 
+@pytest.mark.transformers_floor
 def test_the_shipped_book_reads_from_its_first_chapter():
     (doc,) = books.load("books", None)
     assert doc.title == "Persuasion" and doc.text.startswith("Chapter 1\n\n\nSir Walter Elliot")
     assert len(doc.text.split()) > 83_000  # enough for 64K tokens in any tokenizer of 3+ characters per token
 
 
+@pytest.mark.transformers_floor
 def test_a_local_dataset_reads_its_text_field(tiny_models, tmp_path):
     folder = tmp_path / "dataset"
     folder.mkdir()
@@ -209,6 +219,7 @@ def test_a_local_dataset_reads_its_text_field(tiny_models, tmp_path):
     assert len({r["group"] for r in records}) == 2
 
 
+@pytest.mark.transformers_floor
 def test_the_view_shows_the_strip_and_where_the_models_differ(tiny_models, tmp_path):
     from diffeval.view.data import open_run, sample_detail
 
@@ -228,6 +239,7 @@ def test_the_view_shows_the_strip_and_where_the_models_differ(tiny_models, tmp_p
     assert len(marks) == nll.DIFFERING_BINS and "bits per byte" in marks[0]["note"]
 
 
+@pytest.mark.transformers_floor
 def test_the_dry_run_sizes_every_window(tiny_models, tmp_path):
     """The built-in pair on the shipped book at 64K (the pair has 64K positions; it was trained at 1K)."""
     result = run_cli_in_process("run", "nll", "--ctx", "64k", "--dry-run",
@@ -239,6 +251,7 @@ def test_the_dry_run_sizes_every_window(tiny_models, tmp_path):
     assert 65_000 < max(tokens) < 65_536  # the bounding model fills its window
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize(
     "make, args, message",
     [

@@ -17,6 +17,9 @@ from conftest import run_cli, run_cli_in_process
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'diffeval[ray]'")
 psutil = pytest.importorskip("psutil", reason="psutil comes with Ray")
+# one xdist group: with `--dist loadgroup` these run on one worker, so no two local Ray instances start at once (a
+# driver's ray.init() joins the latest local cluster it finds)
+pytestmark = pytest.mark.xdist_group("ray")
 
 TABLES = ("table.md", "summary.csv", "table2.csv", "paired.csv", "depth_grid-diff.csv", "depth_grid-base.csv")
 
