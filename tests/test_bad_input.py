@@ -50,13 +50,11 @@ CHECKPOINT_CASES = [
 ]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("damage", "message"), CHECKPOINT_CASES)
 def test_models_inspect_on_a_broken_checkpoint(broken_checkpoints, damage, message):
     assert_one_line(run_cli("models", "inspect", str(broken_checkpoints[damage])), message)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("damage", "message"), CHECKPOINT_CASES)
 def test_run_on_a_broken_checkpoint_leaves_no_folder(broken_checkpoints, tmp_path, damage, message):
     out = tmp_path / "out"
@@ -76,7 +74,6 @@ def test_run_on_a_broken_checkpoint_leaves_no_folder(broken_checkpoints, tmp_pat
     assert not (out / "samples.jsonl").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -129,7 +126,6 @@ RUN_JSON_DAMAGE = {
 }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("damage", sorted(RUN_JSON_DAMAGE))
 def test_damaged_run_json_is_one_line_for_report_compare_and_resume(damage, tmp_path):
     folder = tmp_path / "run"
@@ -147,7 +143,6 @@ def test_damaged_run_json_is_one_line_for_report_compare_and_resume(damage, tmp_
     assert _snapshot(folder) == before
 
 
-@pytest.mark.slow
 def test_overwrite_never_empties_a_folder_that_is_not_a_run(tmp_path):
     folder = tmp_path / "my-project"
     folder.mkdir()
@@ -186,7 +181,6 @@ def layout_checkpoints(tiny_models, tmp_path_factory) -> dict[str, Path]:
     }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -202,7 +196,6 @@ def test_models_inspect_checks_the_weights_before_it_prints_lambda(layout_checkp
     assert "λ" not in result.stdout and "LOAD REPORT" not in result.stderr
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("order", ["bad_second", "bad_first"])
 def test_no_model_runs_until_every_model_passes(tiny_models, layout_checkpoints, tmp_path, order):
     """A head layout that cannot compute is refused before the good model writes a record, in either order."""
@@ -214,7 +207,6 @@ def test_no_model_runs_until_every_model_passes(tiny_models, layout_checkpoints,
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_a_config_that_does_not_build_keeps_its_reason(tiny_models, tmp_path):
     folder = tmp_path / "odd_kv"
     shutil.copytree(tiny_models["diff"], folder)
@@ -233,7 +225,6 @@ def test_transformers_load_report_stays_off_the_terminal(layout_checkpoints, cap
     assert "LOAD REPORT" not in captured.err + captured.out
 
 
-@pytest.mark.slow
 def test_a_suite_runs_no_task_until_every_task_passes_its_checks(tmp_path):
     """The second task's data is missing: the first task, whose inputs are fine, must not have run."""
     suite = tmp_path / "suite.yaml"
@@ -246,7 +237,6 @@ def test_a_suite_runs_no_task_until_every_task_passes_its_checks(tmp_path):
     assert not list(out.rglob("samples.jsonl"))
 
 
-@pytest.mark.slow
 def test_toy_plot_refuses_a_csv_that_is_not_a_training_log(tmp_path):
     """A CSV without the log's columns (here a run's summary) is one line, before anything is drawn."""
     out = tmp_path / "loss.png"
@@ -255,7 +245,6 @@ def test_toy_plot_refuses_a_csv_that_is_not_a_training_log(tmp_path):
     assert not out.exists()
 
 
-@pytest.mark.slow
 def test_a_preset_giving_max_new_tokens_to_a_task_that_does_not_generate_free_text_is_refused(tmp_path):
     preset = tmp_path / "preset.yaml"
     preset.write_text("max_new_tokens: 5\n")

