@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATASETS, EngineLog, pair_options, run_cli
+from conftest import SHARED_DATASETS, EngineLog, pair_options, run_cli, run_cli_in_process
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, VerdictCache, make_judge, parse_verdict
@@ -342,9 +342,8 @@ def test_one_engine_at_a_time_and_the_local_judge_loads_last(tiny_models, local_
     assert len(records) == 6 and all(r["judge"].startswith("hf:") and r["verdict"] in (True, False) for r in records)
 
 
-@pytest.mark.slow
 def test_judge_is_required(tiny_models):
-    result = run_cli("run", "hallucination", "-m", f"diff={tiny_models['diff']}")
+    result = run_cli_in_process("run", "hallucination", "-m", f"diff={tiny_models['diff']}")
     assert result.returncode == 2 and "--judge is required" in result.stderr
 
 
