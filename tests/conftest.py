@@ -24,6 +24,60 @@ from diffeval.tasks.haystack import needle  # noqa: E402
 
 SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
 
+# The two tiers. The fast tier (`-m "not slow"`, the README's test command) is the edit loop: unit tests, in this
+# process. `slow` marks the rest: the command line in a real process (`run_cli`, `python -m diffeval`, `python -c`,
+# each seconds of torch/transformers imports), real models and trainings that take many seconds, optional engines.
+# A test that starts `python -m diffeval` or `python -c` without the marker fails and says so, so a new test lands in
+# the right tier: use `run_cli_in_process` unless a real process is the point (exit code, stderr, kill, locks).
+_RUNNING: list = [None]  # the test item being set up, run or torn down
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """A vLLM test is slow (engines take seconds to start): marked here, before `-m` selects."""
+    for item in items:
+        if item.get_closest_marker("vllm") is not None:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    _RUNNING[0] = item
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item, nextitem):
+    _RUNNING[0] = None
+
+
+def _check_tier(args) -> None:
+    """Refuse a Python process started by a fast-tier test (a module-scoped fixture counts for its first test)."""
+    item = _RUNNING[0]
+    if item is None or item.get_closest_marker("slow") is not None:
+        return
+    command = [str(arg) for arg in ([args] if isinstance(args, (str, os.PathLike)) else args)]
+    if (
+        len(command) >= 2
+        and Path(command[0]).name.startswith("python")
+        and (command[1] == "-c" or command[1:3] == ["-m", "diffeval"])
+    ):
+        pytest.fail(
+            f"{item.nodeid} starts `{' '.join(command[:3])}` in a new process but is not marked slow: mark it "
+            "@pytest.mark.slow, or call the CLI with run_cli_in_process (see docs/contributing.md#tests)",
+            pytrace=False,
+        )
+
+
+_popen_init = subprocess.Popen.__init__
+
+
+def _tiered_popen_init(self, args, *rest, **kwargs):
+    _check_tier(args)
+    _popen_init(self, args, *rest, **kwargs)
+
+
+subprocess.Popen.__init__ = _tiered_popen_init
+
 
 def _needle_texts() -> list[str]:
     return (

@@ -117,6 +117,7 @@ def test_running_stats_memory_does_not_grow():
     assert histogram_median(stats.hist) == pytest.approx(0.6745, rel=0.02)  # median |N(0,1)|
 
 
+@pytest.mark.slow
 def test_quantize_and_zeroshot_through_lm_eval(tiny_models, lm_tasks, tmp_path):
     models = ["-m", f"diff={tiny_models['diff']}", "-m", f"base={tiny_models['base']}"]
     quant = run_cli(
@@ -167,6 +168,7 @@ def test_quantize_and_zeroshot_through_lm_eval(tiny_models, lm_tasks, tmp_path):
     assert bad.returncode == 2 and "lm-eval has no task" in bad.stderr
 
 
+@pytest.mark.slow
 def test_outliers_cli(tiny_models, tmp_path):
     out = tmp_path / "o"
     result = run_cli(

@@ -51,8 +51,12 @@ def _brute_force_shares(path, ids, rows, segments, lambdas):
     return out
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize("model_name", ["diff", "base_a"])
-@pytest.mark.parametrize(("rows", "span", "ctx"), [("last", "answer", 2048), ("answer", "needle", 1024)])
+@pytest.mark.parametrize(
+    ("rows", "span", "ctx"),
+    [pytest.param("last", "answer", 2048, marks=pytest.mark.slow), ("answer", "needle", 1024)],  # 2048: seconds each
+)
 def test_shares_match_eager_attention_maps(tiny_models, model_name, rows, span, ctx):
     backend = HFBackend(load_model(ModelSpec(model_name, str(tiny_models[model_name])), "cpu"))
     sample = needle.make_sample(0, ctx, 50, 4, 2, 0)
@@ -72,6 +76,7 @@ def test_shares_match_eager_attention_maps(tiny_models, model_name, rows, span, 
             assert record["shares"][name][segment] == pytest.approx(values, abs=1e-5), (name, segment)
 
 
+@pytest.mark.transformers_floor
 def test_differential_rows_sum_to_one_minus_lambda(tiny_models):
     backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
     sample = needle.make_sample(0, 1024, 0, 1, 1, 0)
@@ -85,6 +90,7 @@ def test_differential_rows_sum_to_one_minus_lambda(tiny_models):
     )
 
 
+@pytest.mark.transformers_floor
 def test_split_differential_pairs_head_i_with_head_i_plus_half():
     shares = torch.arange(8.0).reshape(4, 2)
     maps = split_differential(shares, 0.5)
@@ -92,6 +98,7 @@ def test_split_differential_pairs_head_i_with_head_i_plus_half():
     assert torch.equal(maps["diff"], shares[:2] - 0.5 * shares[2:])
 
 
+@pytest.mark.transformers_floor
 def test_needle_span_widens_the_answer():
     prompt = HaystackPrompt(
         ids=list(range(40)),
@@ -108,6 +115,7 @@ def test_needle_span_widens_the_answer():
     assert names[by_number[0]] == "sink" and names[by_number[5]] == "noise" and names[by_number[37]] == "scaffold"
 
 
+@pytest.mark.transformers_floor
 def test_unsupported_architecture_is_named(tmp_path):
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50))
     supported = "diffllama, diffllama2, Motif, motif, llama, mistral, qwen2"
@@ -116,6 +124,7 @@ def test_unsupported_architecture_is_named(tmp_path):
             pass
 
 
+@pytest.mark.slow
 def test_attention_cli_writes_table3_and_plots(tiny_models, tmp_path):
     out = tmp_path / "attn"
     result = run_cli(

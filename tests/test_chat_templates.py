@@ -51,6 +51,7 @@ def _needle_config(options, chat_template: bool = True):
     return SimpleNamespace(options=options, max_new_tokens=None, chat_template=chat_template)
 
 
+@pytest.mark.slow
 def test_needle_prompt_is_the_raw_prompt_in_smollm2s_turns(smol):
     """The instruction, haystack and question are the user turn; the answer prefix opens the assistant's turn; the
     haystack is cut so that the whole, template included, fills ctx minus the answer's tokens."""
@@ -72,6 +73,7 @@ def test_needle_prompt_is_the_raw_prompt_in_smollm2s_turns(smol):
     assert smol.decode(prompt.ids[n_start:n_end]).strip() == sample.extra["numbers"][0]
 
 
+@pytest.mark.slow
 def test_attention_spans_point_inside_smollm2s_template(smol):
     """The attention analysis reads the needle prompt: its answer, needle and noise segments are the same tokens
     inside the rendered template, and the template's own tokens are scaffold; the teacher-forced answer follows the
@@ -99,6 +101,7 @@ def test_attention_spans_point_inside_smollm2s_template(smol):
     assert len(prompt.ids) <= 1024 - limit
 
 
+@pytest.mark.slow
 def test_icl_demonstrations_are_the_user_turn_and_the_label_the_reply(smol):
     """Demonstrations and query in the user turn, each label scored as the assistant's whole reply: the ids after
     the generation prompt, tokenized in context; the prompt, template and longest label included, fits ctx."""
@@ -128,6 +131,7 @@ def test_icl_demonstrations_are_the_user_turn_and_the_label_the_reply(smol):
     )
 
 
+@pytest.mark.slow
 def test_icl_max_shots_leaves_room_for_the_template(smol):
     """`shots=max` with the chat template counts the template's turns beside the demonstrations: fewer shots, and a
     longest prompt no longer than the raw one at its own `max`."""
@@ -146,6 +150,7 @@ def test_icl_max_shots_leaves_room_for_the_template(smol):
     assert 0 < shots[True] < shots[False] < len(data.train) and longest[True] <= longest[False]
 
 
+@pytest.mark.slow
 def test_hallucination_document_and_question_are_the_user_turn(smol):
     """The dataset's template up to its answer prefix is the user turn, "Summary:" opens the reply; a document too
     long for the budget loses its middle, never the template's turns."""
@@ -170,6 +175,7 @@ def test_hallucination_document_and_question_are_the_user_turn(smol):
     )
 
 
+@pytest.mark.slow
 def test_smollm2_finds_the_needle_in_its_chat_template_through_the_cli(smollm2, tmp_path):
     """The real model, prompted in its own template, answers in the assistant's turn: the number, at both ends."""
     out = tmp_path / "needle-chat"
@@ -225,6 +231,7 @@ def test_a_task_that_builds_no_prompt_refuses_the_chat_template(tiny_models, tmp
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_tiny_runs_score_and_judge_in_the_template(tiny_chat, tmp_path):
     """ICL and hallucination through the CLI with --chat-template on a checkpoint that has one: every query is
     scored, every document generated and judged, each prompt longer by the template's turns than without."""

@@ -51,6 +51,7 @@ def finished_run(tiny_models, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.slow
 def test_run_writes_records_summary_and_tables(finished_run):
     records = _records(finished_run)
     assert len(records) == 2 * (2 * 2 * 3 * 2)  # models × (ctx × N/R × depths × samples)
@@ -86,6 +87,7 @@ def test_run_writes_records_summary_and_tables(finished_run):
     assert "1K N/R=1/1" in table and "2K N/R=2/2" in table and "Depth x length grid [scoring: default] (diff)" in table
 
 
+@pytest.mark.slow
 def test_report_formats(finished_run):
     result = run_cli("report", str(finished_run), "--format", "md,csv,latex")
     assert result.returncode == 0, result.stderr
@@ -94,6 +96,7 @@ def test_report_formats(finished_run):
     assert "| diff" in result.stdout
 
 
+@pytest.mark.slow
 def test_report_rescores_stored_outputs_by_rule(finished_run, tmp_path):
     result = run_cli("report", str(finished_run), "--scoring", "ruler", "--out", str(tmp_path / "ruler"))
     assert result.returncode == 0, result.stderr
@@ -104,6 +107,7 @@ def test_report_rescores_stored_outputs_by_rule(finished_run, tmp_path):
     assert bad.returncode == 2 and "task needle scores by default, ruler" in bad.stderr
 
 
+@pytest.mark.slow
 def test_report_uses_complete_lines_of_a_damaged_file(finished_run, tmp_path):
     copy = tmp_path / "damaged"
     copy.mkdir()
@@ -116,6 +120,7 @@ def test_report_uses_complete_lines_of_a_damaged_file(finished_run, tmp_path):
     assert "skipped 1 damaged line" in result.stderr
 
 
+@pytest.mark.slow
 def test_models_inspect_shows_diff_lambdas(tiny_models):
     result = run_cli("models", "inspect", str(tiny_models["diff"]))
     assert result.returncode == 0, result.stderr
@@ -125,6 +130,7 @@ def test_models_inspect_shows_diff_lambdas(tiny_models):
     assert "no (baseline)" in base.stdout and "λ_init" not in base.stdout
 
 
+@pytest.mark.slow
 def test_preset_with_flag_override(tiny_models, tmp_path):
     out = tmp_path / "preset"
     result = run_cli(
@@ -147,6 +153,7 @@ def test_preset_with_flag_override(tiny_models, tmp_path):
     assert sorted({(r["needles"], r["queries"]) for r in _records(out)}) == [(1, 1), (2, 2), (4, 2), (6, 2)]
 
 
+@pytest.mark.slow
 def test_resume_after_kill_loses_and_duplicates_nothing(tiny_models, tmp_path):
     out = tmp_path / "resume"
     args = [
@@ -183,6 +190,7 @@ def test_resume_after_kill_loses_and_duplicates_nothing(tiny_models, tmp_path):
     assert after[: len(before)] == before  # nothing computed earlier was rewritten
 
 
+@pytest.mark.slow
 def test_more_samples_extend_a_run(tiny_models, tmp_path):
     out = tmp_path / "extend"
     base = ["run", "needle", "-m", f"base={tiny_models['base']}", "--ctx", "1k", "--depths", "50", "--out", str(out)]
@@ -205,6 +213,7 @@ BAD_INPUTS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("extra", "message"), BAD_INPUTS)
 def test_bad_input_is_one_line_exit_2_and_keeps_results(finished_run, tiny_models, tmp_path, extra, message):
     bad_yaml = tmp_path / "bad.yaml"

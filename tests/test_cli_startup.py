@@ -44,6 +44,7 @@ def run_probed(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[
     return result, json.loads(report.read_text())
 
 
+@pytest.mark.slow
 def test_importing_the_cli_loads_no_heavy_library():
     code = f"import sys, diffeval.cli; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -51,6 +52,7 @@ def test_importing_the_cli_loads_no_heavy_library():
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_help_lists_every_command(tmp_path):
     result, heavy = run_probed(tmp_path, "--help")
     assert result.returncode == 0, result.stderr
@@ -74,6 +76,7 @@ def declared_flags(name: str) -> list[str]:
     return flags
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(TASKS))
 def test_every_task_help_lists_its_options(tmp_path, name):
     result, heavy = run_probed(tmp_path, "run", name, "--help")
@@ -87,6 +90,7 @@ def test_every_task_help_lists_its_options(tmp_path, name):
     assert heavy == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import pair_options, run_cli, run_cli_in_process
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +41,7 @@ def _needle_args(tiny_models, out: Path, samples: int = 4) -> list[str]:
             str(samples), "--out", str(out)]  # fmt: skip
 
 
+@pytest.mark.slow
 def test_second_process_on_a_folder_in_use_exits_2_and_changes_nothing(tiny_models, tmp_path):
     out = tmp_path / "busy"
     args = _needle_args(tiny_models, out, samples=8)
@@ -58,6 +61,7 @@ def test_second_process_on_a_folder_in_use_exits_2_and_changes_nothing(tiny_mode
     assert (out / "run.lock").read_text() == ""  # released
 
 
+@pytest.mark.slow
 def test_lock_of_a_killed_run_is_taken_over(tiny_models, tmp_path):
     out = tmp_path / "killed"
     args = _needle_args(tiny_models, out)
@@ -75,6 +79,7 @@ def test_lock_of_a_killed_run_is_taken_over(tiny_models, tmp_path):
     assert len(keys) == len(set(keys)) == 24
 
 
+@pytest.mark.slow
 def test_duplicate_rows_are_dropped_with_a_count(tmp_path):
     folder = tmp_path / "toy-pair"
     shutil.copytree(REPO / "results" / "toy-pair", folder)

@@ -12,6 +12,9 @@ from diffeval.models.spec import ModelSpec
 from diffeval.models.vllm_options import VLLMOptions
 from diffeval.tasks import build_config
 
+# every test here touches transformers' internals: .ci/run runs them again at the low end of its range
+pytestmark = pytest.mark.transformers_floor
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),

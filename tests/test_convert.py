@@ -24,6 +24,9 @@ from diff_references import PAPER_MODULES, llama_logits
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
 
+# every test here touches transformers' internals: .ci/run runs them again at the low end of its range
+pytestmark = pytest.mark.transformers_floor
+
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
 MAX_LOGPROB_GAP, MEAN_LOGPROB_GAP = 2e-4, 1e-5  # the README's vLLM parity rules
 
@@ -251,6 +254,7 @@ def vllm_converted(request, tiny_models, tmp_path_factory):
     hf.close()
 
 
+@pytest.mark.vllm
 def test_vllm_prompt_logprobs_match_the_papers_module(vllm_converted):
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
@@ -267,6 +271,7 @@ def test_vllm_prompt_logprobs_match_the_papers_module(vllm_converted):
     assert gap.max() <= MAX_LOGPROB_GAP and gap.mean() <= MEAN_LOGPROB_GAP
 
 
+@pytest.mark.vllm
 def test_vllm_greedy_outputs_match_hf_and_the_kv_cache_is_as_stated(vllm_converted):
     module, _, hf, vllm = vllm_converted
     prompts = [hf.encode("Once upon a time").ids, noise_ids(hf, 300)]

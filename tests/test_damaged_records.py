@@ -128,6 +128,7 @@ def _damaged_folders(source: Path, task: str, root: Path):
         yield folder, [(r["model"], r["sample_id"], *v) for r, v in zip(records, chunk)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", BUILT_IN)
 def test_each_field_nulled_deleted_or_mistyped_is_skipped_as_damaged_everywhere(task, task_runs, tmp_path):
     source = task_runs[task]
@@ -179,6 +180,7 @@ def test_each_schema_declares_what_the_tables_pairing_and_gates_read(task):
         assert {"output", "expected", "numbers"} <= set(TASKS[task].scoring.record_schema)
 
 
+@pytest.mark.slow
 def test_an_output_of_null_is_one_damaged_line_through_the_command_line(tmp_path):
     folder = tmp_path / "run"
     shutil.copytree(NEEDLE_FIXTURE, folder)
@@ -210,6 +212,7 @@ def _digests(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
 
 
+@pytest.mark.slow
 def test_report_reruns_reproduce_the_committed_table_and_paper_rows_keep_the_model_header(tmp_path):
     folder = tmp_path / THREE_WAY.name
     shutil.copytree(THREE_WAY, folder)

@@ -70,6 +70,7 @@ def _v2_by_formula(attention: DiffLlama2Attention, x: torch.Tensor, allowed: tor
     return torch.cat(heads, dim=-1) @ attention.o_proj.weight.T
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize("impl", ["eager", "sdpa"])
 @pytest.mark.parametrize(("heads", "kv_heads", "head_dim"), [(4, 2, 16), (4, 1, 8), (4, 4, 16)])
 def test_v2_attention_is_the_formula(impl, heads, kv_heads, head_dim):
@@ -92,6 +93,7 @@ def test_v2_attention_is_the_formula(impl, heads, kv_heads, head_dim):
     torch.testing.assert_close(actual, expected, **FP32)
 
 
+@pytest.mark.transformers_floor
 def test_v2_combine_pairs_adjacent_heads():
     out = torch.arange(6.0).view(1, 1, 6, 1).expand(1, 1, 6, 2)  # query head j's output is j
     lam = torch.tensor([[[0.5, 0.25, 1.0]]])
@@ -107,6 +109,7 @@ def v2_checkpoint(tiny_models, tmp_path_factory):
     return path
 
 
+@pytest.mark.transformers_floor
 def test_v2_checkpoint_loads_as_diff_v2_and_generates_with_its_kv_cache(v2_checkpoint):
     loaded = load_model(ModelSpec("v2", str(v2_checkpoint)), "cpu")
     model, info = loaded.model, loaded.info
@@ -164,6 +167,7 @@ def _refusal(folder, out) -> str:
     return lines[0]
 
 
+@pytest.mark.transformers_floor
 def test_weights_check_refuses_v2_weights_without_lambda_proj_or_config(v2_checkpoint, tmp_path):
     lam = "model.layers.1.self_attn.lambda_proj.weight"
     no_lambda = _copy(v2_checkpoint, tmp_path / "no-lambda", tensors=lambda t: t.pop(lam))
@@ -181,6 +185,8 @@ def test_weights_check_refuses_v2_weights_without_lambda_proj_or_config(v2_check
     assert 'Differential Transformer V2 weights (lambda_proj): give them a V2 config (model_type "diffllama2"' in line
 
 
+@pytest.mark.transformers_floor
+@pytest.mark.slow
 def test_stock_transformers_refuses_v2_and_diffeval_registers_it_on_first_load(v2_checkpoint):
     script = f"""
 import sys
@@ -203,6 +209,8 @@ print("ok")
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
+@pytest.mark.transformers_floor
+@pytest.mark.slow
 def test_starting_the_cli_leaves_v2_unregistered():
     """Registration waits for the first model load: `import diffeval` imports no torch, and the CLI module does not
     import the V2 modeling code."""
@@ -215,6 +223,7 @@ def test_starting_the_cli_leaves_v2_unregistered():
     assert result.stdout.split() == ["False", "False", "False"], result.stdout
 
 
+@pytest.mark.slow
 def test_cli_runs_needle_on_a_v2_checkpoint(v2_checkpoint, tmp_path):
     out = tmp_path / "run"
     result = run_cli("run", "needle", "-m", f"v2={v2_checkpoint}", "--ctx", "1k", "--depths", "50", "--samples", "2",
@@ -226,6 +235,7 @@ def test_cli_runs_needle_on_a_v2_checkpoint(v2_checkpoint, tmp_path):
     assert len(records) == 2 and {r["model"] for r in records} == {"v2"}
 
 
+@pytest.mark.slow
 def test_attention_analysis_decomposes_v2_maps_with_the_per_token_lambda(v2_checkpoint, tmp_path):
     """Table 3 on V2: A1 and A2 are the adjacent query heads' softmax maps (rows sum to 1), λ at each row is
     sigmoid(W_λ x) of that row's attention input, and A1 − λ·A2 therefore sums to 1 − λ per row."""
@@ -256,6 +266,7 @@ def test_attention_analysis_decomposes_v2_maps_with_the_per_token_lambda(v2_chec
     assert record["is_diff"] and set(record["shares"]) == {"A1", "A2", "diff"}
 
 
+@pytest.mark.transformers_floor
 def test_models_inspect_gives_v2_lambda_statistics_per_layer(v2_checkpoint):
     from diffeval.models.diff import v2_lambda, v2_layer_lambdas
 
@@ -275,6 +286,7 @@ def test_models_inspect_gives_v2_lambda_statistics_per_layer(v2_checkpoint):
     assert "yes (v2)" in shown and "λ = sigmoid(W_λ·x) per token and head" in shown
 
 
+@pytest.mark.transformers_floor
 def test_attention_logit_instruments_run_on_v2(v2_checkpoint):
     """Quantized logits (Figure 8) and logit statistics (Table 5) go through the attention interface V2 calls: 16 bits
     gives the model's own logits, 4 bits changes them, and the statistics see every layer's 2h query heads."""

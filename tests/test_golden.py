@@ -13,6 +13,11 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
+# slow: it runs every task on the built-in pair (about a minute here); `-m slow` and .ci/run run it
+pytestmark = pytest.mark.slow
+
 GOLDEN = Path(__file__).resolve().parent / "golden" / "builtin_pair.json"
 PAIR = ["diff=toy-diff", "base=toy-base"]
 RUNS = {

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_DATASETS, EngineLog, pair_options, run_cli
+from conftest import SHARED_DATASETS, EngineLog, pair_options, run_cli, run_cli_in_process
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, VerdictCache, make_judge, parse_verdict
@@ -221,6 +221,7 @@ def local_data(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_cli_with_api_judge_never_writes_the_key(server, tiny_models, local_data, tmp_path, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     out, cache = tmp_path / "run", tmp_path / "cache"
@@ -265,6 +266,7 @@ def test_cli_with_api_judge_never_writes_the_key(server, tiny_models, local_data
     assert rerun.returncode == 0 and len(server.requests) == requests + 1  # the unparsed one is asked again
 
 
+@pytest.mark.slow
 def test_judge_failure_keeps_finished_samples(server, tiny_models, local_data, tmp_path):
     server.script = [("reply", "Verdict: yes")] + [("status", 500)] * 50
     out = tmp_path / "fail"
@@ -306,6 +308,7 @@ def test_judge_failure_keeps_finished_samples(server, tiny_models, local_data, t
     assert len(records) == 4 and all(r["verdict"] is True for r in records)
 
 
+@pytest.mark.slow
 def test_one_engine_at_a_time_and_the_local_judge_loads_last(tiny_models, local_data, tmp_path, monkeypatch):
     from rich.console import Console
 
@@ -341,10 +344,11 @@ def test_one_engine_at_a_time_and_the_local_judge_loads_last(tiny_models, local_
 
 
 def test_judge_is_required(tiny_models):
-    result = run_cli("run", "hallucination", "-m", f"diff={tiny_models['diff']}")
+    result = run_cli_in_process("run", "hallucination", "-m", f"diff={tiny_models['diff']}")
     assert result.returncode == 2 and "--judge is required" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_real_xsum_with_overlap_judge(tiny_models, tmp_path):
     folder = SHARED_DATASETS / "hallucination"
@@ -377,6 +381,7 @@ def test_real_xsum_with_overlap_judge(tiny_models, tmp_path):
     assert records[0]["id"] == "38264402" and all(r["judge_kind"] == "proxy" for r in records)
 
 
+@pytest.mark.slow
 def test_a_run_whose_every_verdict_is_unparsed_writes_counts_and_tables(server, tiny_models, local_data, tmp_path):
     server.script = [("reply", "I would rather not say.")] * 10
     out = tmp_path / "unparsed"

@@ -80,6 +80,7 @@ def _options(data_dir, **overrides):
     return build_config("icl", {}, values).options
 
 
+@pytest.mark.transformers_floor
 def test_loaders_and_verbalizers(data_dir):
     trec = icl_data.load("trec", str(data_dir))
     assert trec.labels == ["abbreviation", "entity", "description", "human", "location", "numeric"]
@@ -94,6 +95,7 @@ def test_loaders_and_verbalizers(data_dir):
         icl_data.load("trec", str(data_dir / "nowhere"))
 
 
+@pytest.mark.transformers_floor
 def test_orders_permute_one_draw(data_dir):
     options = _options(data_dir)
     draw = demos.demonstrations("trec", options.data_dir, 0, 0, 24)
@@ -115,6 +117,7 @@ def test_orders_permute_one_draw(data_dir):
     assert grouped == sorted(grouped)
 
 
+@pytest.mark.transformers_floor
 def test_samples_are_the_same_for_every_model_and_resolve_max(data_dir, tiny_models):
     config = build_config(
         "icl",
@@ -149,6 +152,7 @@ def test_samples_are_the_same_for_every_model_and_resolve_max(data_dir, tiny_mod
     assert not any(over_budget(k)) and any(over_budget(k + 1))
 
 
+@pytest.mark.transformers_floor
 def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("diff", str(tiny_models["diff"])), "cpu"))
     run = demos.Run("trec", 10, "random", 0, 0)
@@ -166,6 +170,7 @@ def test_kv_reuse_gives_the_naive_scores(data_dir, tiny_models):
         assert [v for v, _ in fast] == pytest.approx([v for v, _ in slow], abs=1e-3)
 
 
+@pytest.mark.transformers_floor
 def test_over_budget_runs_are_reported_not_truncated(data_dir, tiny_models):
     backend = HFBackend(load_model(ModelSpec("base", str(tiny_models["base"])), "cpu"))
     config = SimpleNamespace(options=_options(data_dir, ctx="256"), seed=0, chat_template=False)
@@ -176,6 +181,7 @@ def test_over_budget_runs_are_reported_not_truncated(data_dir, tiny_models):
     assert all(r["prediction"] is None and r["prompt_tokens"] > 256 for r in records)
 
 
+@pytest.mark.transformers_floor
 def test_bad_icl_input(data_dir):
     with pytest.raises(InputError, match="one context length"):
         _options(data_dir, ctx="1k,2k")
@@ -187,6 +193,7 @@ def test_bad_icl_input(data_dir):
         _options(data_dir, datasets="imdb")
 
 
+@pytest.mark.slow
 def test_icl_cli_end_to_end(data_dir, tiny_models, tmp_path):
     out = tmp_path / "icl"
     indices = tmp_path / "trec-indices.json"
@@ -224,6 +231,7 @@ def test_icl_cli_end_to_end(data_dir, tiny_models, tmp_path):
     assert summary[0].startswith("model,dataset,shots,order,order_seed,draw,n,accuracy")
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_real_trec_with_protocol_indices(tiny_models, tmp_path):
     if not (SHARED_DATASETS / "trec" / "train.jsonl").is_file():
@@ -257,6 +265,7 @@ def test_real_trec_with_protocol_indices(tiny_models, tmp_path):
     assert {len(r["label_scores"]) for r in records} == {6, 50}
 
 
+@pytest.mark.slow
 def test_a_run_with_every_prompt_over_budget_writes_counts_and_tables(data_dir, tiny_models, tmp_path):
     out = tmp_path / "over"
     args = ["run", "icl", "-m", f"base={tiny_models['base']}", "--shots", "50", "--ctx", "256", "--test-size", "3"]

@@ -3,6 +3,11 @@
 import ast
 from pathlib import Path
 
+import pytest
+
+# the import layers, checked in the vLLM environment too (cheap: no test imports a model)
+pytestmark = pytest.mark.transformers_floor
+
 PACKAGE = Path(__file__).resolve().parents[1] / "diffeval"
 
 # lowest first; a module belongs to the most specific prefix that names it

@@ -53,6 +53,7 @@ def _note(folder: Path) -> dict:
     return json.loads((folder / LOCK_FILE).read_text())
 
 
+@pytest.mark.slow
 def test_live_holder_in_another_process_refuses(tmp_path):
     folder = tmp_path / "run"
     child = _start_holder(folder)
@@ -69,6 +70,7 @@ def test_live_holder_in_another_process_refuses(tmp_path):
         _stop(child)
 
 
+@pytest.mark.slow
 def test_killed_holder_is_taken_over(tmp_path):
     folder = tmp_path / "run"
     child = _start_holder(folder)

@@ -51,6 +51,7 @@ def test_polynorm_matches_the_published_case():
     torch.testing.assert_close(got, torch.tensor(case["expected"]), atol=1e-5, rtol=0)
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_logits_match_the_independent_reference(motif_models, shape, impl):
@@ -108,6 +109,7 @@ def test_a_wrong_repeat_or_grouping_fails_the_comparison(motif_models, monkeypat
     assert (ours - reference).abs().max().item() > 1e-2
 
 
+@pytest.mark.transformers_floor
 def test_generation_through_the_kv_cache_is_a_llamas_cache_and_equals_full_forwards(motif_models):
     loaded = load_model(ModelSpec("m", str(motif_models["gqa"])), "cpu")
     model = loaded.model
@@ -136,6 +138,7 @@ def test_lambda_init_follows_motif_and_inspect_shows_the_variant(motif_models):
     assert result.returncode == 0 and "2 groups of 4 signal heads and 1 noise head" in shown, shown
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shape", ["gqa", "gda"])
 def test_attention_analysis_splits_motif_maps(motif_models, tmp_path, shape):
     """A1 and A2 are map 1 (even query heads) and map 2 (odd), each a softmax (rows sum to 1); A1 − λ·A2 sums to
@@ -233,6 +236,7 @@ def test_weights_without_polynorm_or_lambda_tensors_are_refused(motif_models, tm
     assert f"do not match MotifForCausalLM (missing {tensor})" in line
 
 
+@pytest.mark.slow
 def test_needle_and_icl_run_on_motif_through_the_cli(motif_models, tmp_path):
     from conftest import SHARED_DATASETS
 

@@ -68,6 +68,7 @@ def variant(request, tiny_models, tmp_path_factory):
     backend.close()
 
 
+@pytest.mark.transformers_floor
 def test_token_nll_equals_full_logits_in_slices_of_any_size(variant, monkeypatch):
     ids = variant.document_start() + variant.encode(BOOK[:3000], special_tokens=False).ids
     with torch.inference_mode():
@@ -79,6 +80,7 @@ def test_token_nll_equals_full_logits_in_slices_of_any_size(variant, monkeypatch
         assert ours.shape == (len(ids) - 1,) and np.abs(ours - expected).max() < 1e-5
 
 
+@pytest.mark.transformers_floor
 def test_a_head_that_transforms_its_logits_is_refused(hf_diff, monkeypatch):
     from diffeval.errors import InputError
 
@@ -87,6 +89,7 @@ def test_a_head_that_transforms_its_logits_is_refused(hf_diff, monkeypatch):
         hf_diff.token_nll([1, 2, 3])
 
 
+@pytest.mark.transformers_floor
 def test_bits_per_byte_count_a_token_where_its_last_byte_falls():
     text = "aé" + "b" * 6  # 9 bytes in 8 characters: é is two bytes
     window = Window("s", "d", "t", "g", 0, 0, len(text), 9, 12)
@@ -100,6 +103,7 @@ def test_bits_per_byte_count_a_token_where_its_last_byte_falls():
     assert fields["nll_per_token"] == pytest.approx(2.5) and fields["tokens"] == 4
 
 
+@pytest.mark.transformers_floor
 def test_bucket_sizes_count_the_bytes_assigned_to_them():
     for size, buckets in ((10, 3), (16_113, 16), (7, 7), (1000, 64)):
         edges = loss_buckets.bucket_edges(size, buckets)
@@ -107,6 +111,7 @@ def test_bucket_sizes_count_the_bytes_assigned_to_them():
         assert edges[0] == 0 and edges[-1] == size and list(np.diff(edges)) == list(assigned)
 
 
+@pytest.mark.transformers_floor
 def test_tables_read_only_the_windows_every_model_scored():
     """A folder resumed with another model whose tokenizer fits other windows keeps the earlier windows' records."""
     import pandas as pd
@@ -122,6 +127,7 @@ def test_tables_read_only_the_windows_every_model_scored():
     assert set(out["nll_bytes"]["windows"]) == {2}
 
 
+@pytest.mark.transformers_floor
 def test_every_model_scores_the_same_bytes_within_its_budget(tiny_models, tmp_path):
     data = write_books(tmp_path / "books")
     out = tmp_path / "run"
@@ -154,6 +160,7 @@ def test_every_model_scores_the_same_bytes_within_its_budget(tiny_models, tmp_pa
     assert again.returncode == 0 and len(_records(out)) == 12
 
 
+@pytest.mark.transformers_floor
 def test_a_shared_tokenizer_gets_per_token_tables_and_the_paper_note(tiny_models, tmp_path):
     import pandas as pd
 
@@ -177,6 +184,7 @@ def test_a_shared_tokenizer_gets_per_token_tables_and_the_paper_note(tiny_models
     assert len(paired) == 4  # one row per bucket
 
 
+@pytest.mark.transformers_floor
 def test_intervals_resample_whole_documents():
     """Two books of very different loss: the interval spans both; windows of one book add no independent evidence."""
     import pandas as pd
@@ -191,12 +199,14 @@ def test_intervals_resample_whole_documents():
     assert low[0] == pytest.approx(1.0) and high[0] == pytest.approx(3.0)  # a resample holds a, b, or both
 
 
+@pytest.mark.transformers_floor
 def test_the_shipped_book_reads_from_its_first_chapter():
     (doc,) = books.load("books", None)
     assert doc.title == "Persuasion" and doc.text.startswith("Chapter 1\n\n\nSir Walter Elliot")
     assert len(doc.text.split()) > 83_000  # enough for 64K tokens in any tokenizer of 3+ characters per token
 
 
+@pytest.mark.transformers_floor
 def test_a_local_dataset_reads_its_text_field(tiny_models, tmp_path):
     folder = tmp_path / "dataset"
     folder.mkdir()
@@ -211,6 +221,7 @@ def test_a_local_dataset_reads_its_text_field(tiny_models, tmp_path):
     assert len({r["group"] for r in records}) == 2
 
 
+@pytest.mark.transformers_floor
 def test_the_view_shows_the_strip_and_where_the_models_differ(tiny_models, tmp_path):
     from diffeval.view.data import open_run, sample_detail
 
@@ -231,6 +242,7 @@ def test_the_view_shows_the_strip_and_where_the_models_differ(tiny_models, tmp_p
     assert len(marks) == nll_report.DIFFERING_BINS and "bits per byte" in marks[0]["note"]
 
 
+@pytest.mark.transformers_floor
 def test_the_dry_run_sizes_every_window(tiny_models, tmp_path):
     """The built-in pair on the shipped book at 64K (the pair has 64K positions; it was trained at 1K)."""
     result = run_cli_in_process("run", "nll", "--ctx", "64k", "--dry-run",
@@ -242,6 +254,7 @@ def test_the_dry_run_sizes_every_window(tiny_models, tmp_path):
     assert 65_000 < max(tokens) < 65_536  # the bounding model fills its window
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize(
     "make, args, message",
     [
@@ -275,6 +288,7 @@ def test_bad_input_is_one_line(tiny_models, tmp_path, make, args, message):
     assert not (out / "samples.jsonl").exists() or not (out / "samples.jsonl").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.integration
 def test_the_shared_books_at_8k_in_one_process(tmp_path):
     """The books of ../shared/datasets through the real command line (a subprocess), the built-in pair."""

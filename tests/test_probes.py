@@ -22,6 +22,7 @@ from diffeval.tasks.haystack.samples import ANSWER, DISTRACTOR
 PAIR = ["-m", "diff=toy-diff", "-m", "base=toy-base"]
 
 
+# slow, the tests that take it: real_models builds four checkpoints around the real tokenizers' whole vocabularies
 @pytest.fixture(scope="module")
 def tokenizers(real_models):
     from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer
@@ -53,6 +54,7 @@ def test_samples_are_pure_and_the_needle_haystack_never_repeats_a_needles_key_or
     assert key not in haystack and value not in haystack and haystack.count("One of the special magic uuids") > 50
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["mistral", "llama3"])
 @pytest.mark.parametrize("variant", [1, 2, 3])
 def test_mk_niah_fills_the_budget_with_the_answer_at_its_depth(tokenizers, name, variant):
@@ -73,6 +75,7 @@ def test_mk_niah_fills_the_budget_with_the_answer_at_its_depth(tokenizers, name,
         assert tokenizers[name].decode(prompt.ids[start:end]).count("One of the special magic") > 20
 
 
+@pytest.mark.slow
 def test_mv_niah_asks_for_every_value_of_one_key(tokenizers):
     options = mv_niah.MVNiahOptions(ctx=[1024], depths=[0], samples=1)
     sample = mv_niah.make_sample(options, 0, 1024, 0, "values=4", 0)
@@ -84,6 +87,7 @@ def test_mv_niah_asks_for_every_value_of_one_key(tokenizers):
                          "ruler") == (0.5, False)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_vt_keeps_every_chain_in_order_among_distractor_chains(tokenizers):
     options = vt.VTOptions(ctx=[2048], depths=[25], samples=1, chains=3, hops=4)
     sample = vt.make_sample(options, 0, 2048, 25, "chains=3 hops=4", 0)
@@ -101,6 +105,7 @@ def test_vt_keeps_every_chain_in_order_among_distractor_chains(tokenizers):
     assert "assgined the value" in prompt.text  # RULER's answer prefix, as it spells it
 
 
+@pytest.mark.slow
 def test_cwe_lists_common_words_at_their_frequency_and_fills_the_budget(tokenizers):
     for ctx, frequencies in ((2048, (6, 1)), (4096, (30, 3))):
         options = cwe.CWEOptions(ctx=[ctx], samples=1)
@@ -116,6 +121,7 @@ def test_cwe_lists_common_words_at_their_frequency_and_fills_the_budget(tokenize
         assert sum(counts.values()) == prompt.haystack_words
 
 
+@pytest.mark.slow
 def test_the_nolima_set_has_forty_low_overlap_pairs_and_a_haystack_without_their_words(tokenizers):
     needles = nolima.load_needle_set("")
     assert len(needles.pairs) >= 40
@@ -185,6 +191,7 @@ def test_bad_probe_input_is_one_line(tmp_path, args, message):
     assert not (tmp_path / "o" / "samples.jsonl").exists() or not (tmp_path / "o" / "samples.jsonl").read_text()
 
 
+@pytest.mark.slow
 def test_the_most_that_fits_is_named_and_fits(tokenizers):
     options = mk_niah.MKNiahOptions(ctx=[1024], variants=[1], keys=RESERVED_PAIRS, depths=[0], samples=1)
     sample = mk_niah.make_sample(options, 0, 1024, 0, "multikey_1", 0)
@@ -209,6 +216,7 @@ PROBE_RUNS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task, extra", PROBE_RUNS)
 def test_every_probe_runs_reports_and_views_through_the_command_line(tmp_path, task, extra):
     """At 1K and 2K; cwe with 5 common words at 4: the toy tokenizers spend several tokens per word, and 1K cannot
@@ -257,6 +265,7 @@ def test_the_ruler_core_preset_runs_rulers_defaults(tmp_path):
     assert all(options.ctx == [4096] for options in by_task.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("probe_name, extra", [("mk-niah", ["--variants", "1,2"]), ("vt", ["--chains", "3"])])
 def test_distractor_attention_splits_the_answer_from_the_distractors(tmp_path, probe_name, extra):
     """On the probe's own samples (the same ids as its runs), for a V1 DIFF, a V2 DIFF and a baseline: every segment

@@ -17,6 +17,9 @@ from conftest import run_cli, run_cli_in_process
 
 ray = pytest.importorskip("ray", reason="Ray is an optional extra: pip install 'diffeval[ray]'")
 psutil = pytest.importorskip("psutil", reason="psutil comes with Ray")
+# one xdist group: with `--dist loadgroup` these run on one worker, so no two local Ray instances start at once (a
+# driver's ray.init() joins the latest local cluster it finds)
+pytestmark = pytest.mark.xdist_group("ray")
 
 TABLES = ("table.md", "summary.csv", "table2.csv", "paired.csv", "depth_grid-diff.csv", "depth_grid-base.csv")
 
@@ -49,6 +52,7 @@ def _exactly_once(out: Path) -> int:
     return len(keys)
 
 
+@pytest.mark.slow
 def test_two_workers_write_what_one_process_writes(tmp_path):
     single, sharded = tmp_path / "single", tmp_path / "sharded"
     assert run_cli(*_args(single)).returncode == 0
@@ -79,6 +83,7 @@ def cluster(monkeypatch):
     subprocess.run([str(Path(sys.executable).parent / "ray"), "stop", "--force"], capture_output=True)
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_loses_nothing(cluster, tmp_path):
     out = tmp_path / "worker-killed"
     driver = _start(_args(out, "--ray", cluster, "--workers", "2"))
@@ -94,6 +99,7 @@ def test_a_worker_killed_mid_run_loses_nothing(cluster, tmp_path):
     assert _exactly_once(out) == 24
 
 
+@pytest.mark.slow
 def test_a_killed_driver_resumes_and_a_second_driver_is_refused(tmp_path):
     out = tmp_path / "driver-killed"
     args = _args(out, "--ray", "--workers", "2")

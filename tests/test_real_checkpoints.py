@@ -22,6 +22,9 @@ from diffeval.tasks.choices import icl
 from diffeval.tasks.choices import icl_demonstrations as demos
 from diffeval.tasks.haystack import needle, recipe
 
+# slow: four checkpoints around the real tokenizers, loaded per module (about 25 s) and run
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 TOKENIZERS = ("mistral", "llama3")
 
@@ -56,6 +59,7 @@ def backends(real_models):
         backend.close()
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize("tokenizer", TOKENIZERS)
 def test_icl_scores_every_query_and_label_as_the_whole_prompt_tokenizes(backends, tokenizer):
     backend = Recording(backends[f"base-{tokenizer}"])
@@ -77,6 +81,7 @@ def test_icl_scores_every_query_and_label_as_the_whole_prompt_tokenizes(backends
     assert checked == len(samples) * len(data.labels)
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize("tokenizer", TOKENIZERS)
 def test_in_context_encoding_equals_the_one_piece_encoding_at_any_cut(backends, tokenizer, monkeypatch):
     """Long contexts cut anywhere (mid-word, after a newline, in a number), continuations that merge across the seam:
@@ -97,6 +102,7 @@ def test_in_context_encoding_equals_the_one_piece_encoding_at_any_cut(backends, 
     assert spliced and sum(s is not None for s in spliced) >= 0.9 * len(spliced)
 
 
+@pytest.mark.transformers_floor
 @pytest.mark.parametrize("tokenizer", TOKENIZERS)
 def test_attention_answer_rows_and_judge_verdicts_are_tokenized_after_their_prompt(backends, tokenizer, tmp_path):
     backend = Recording(backends[f"diff-{tokenizer}"])
@@ -151,6 +157,7 @@ def with_extra_eos(backend, source: Path, folder: Path) -> tuple[list[int], list
     return prompt, free[:2]
 
 
+@pytest.mark.transformers_floor
 def test_hf_generation_is_a_plain_argmax_loop_whatever_the_generation_config_asks(backends, real_models):
     config = build_config("needle", {}, {"models": ["a/b"], "ctx": "1k", "depths": "0,50,100", "samples": 2})
     samples = needle.TASK.running.make_samples(config.options, config.seed)
@@ -168,6 +175,7 @@ def test_hf_generation_is_a_plain_argmax_loop_whatever_the_generation_config_ask
     assert compared == 4 * len(samples)
 
 
+@pytest.mark.transformers_floor
 def test_every_generation_config_eos_id_stops_hf(backends, real_models, tmp_path):
     """An EOS id only the generation config lists (Llama-3 lists several) ends generation as the tokenizer's does:
     the id the model would produce third is made an extra EOS, and generation stops there."""

@@ -11,6 +11,9 @@ import pytest
 
 from conftest import SHARED_DATASETS, run_cli
 
+# slow: SmolLM2 through the real command line
+pytestmark = pytest.mark.slow
+
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 
 
@@ -60,6 +63,7 @@ def test_every_task_runs_on_smollm2_through_the_cli(smollm2, run, tmp_path):
         assert all(0.99 < s <= 1.0 + 1e-6 for s in shares["row_sum"])
 
 
+@pytest.mark.vllm
 @pytest.mark.parametrize("task", ["needle", "icl", "hallucination"])
 def test_smollm2_gives_the_same_results_on_vllm(smollm2, task, tmp_path, monkeypatch):
     """vLLM runs the GGUF file dequantized; its greedy needle and summary outputs and its ICL predictions equal hf's

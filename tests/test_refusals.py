@@ -159,7 +159,12 @@ def places(tmp_path_factory) -> dict[str, str]:
     return {"run": str(run), "file": str(root / "a-file"), "tmp": str(root)}
 
 
-@pytest.mark.parametrize("entry", sorted(REFUSALS), ids=lambda e: f"{e[0]} {e[1]}")
+# slow: a lm-eval task name is checked against lm-eval's task index, which takes lm-eval many seconds to build
+@pytest.mark.parametrize(
+    "entry",
+    [pytest.param(e, marks=pytest.mark.slow) if e[1] == "--tasks" else e for e in sorted(REFUSALS)],
+    ids=lambda e: f"{e[0]} {e[1]}",
+)
 def test_a_value_naming_something_absent_is_refused(entry, places, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # run folders of refused runs would land here: there must be none
     args, message = REFUSALS[entry]

@@ -31,6 +31,7 @@ def test_every_task_declares_the_contract():
         assert set(task.reporting.metrics) and task.reporting.summary_keys[0] == "model"
 
 
+@pytest.mark.slow
 def test_a_plugin_task_runs_through_the_cli(tiny_models, tmp_path):
     help_text = run_with_plugin("run", "echo", "--help")
     assert help_text.returncode == 0 and "--prefix" in help_text.stdout and "--count" in help_text.stdout
@@ -47,6 +48,7 @@ def test_a_plugin_task_runs_through_the_cli(tiny_models, tmp_path):
     assert "echo" not in TASKS
 
 
+@pytest.mark.slow
 def test_a_plugin_task_declares_its_context_budget(tiny_models, tmp_path):
     """The budget check is the task's: echo's 4 answer tokens and 16 prompt tokens, refused in one line."""
     out = tmp_path / "echo"
@@ -56,6 +58,7 @@ def test_a_plugin_task_declares_its_context_budget(tiny_models, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_a_plugin_engine_runs_a_task_it_can_serve(tiny_models, tmp_path):
     out = tmp_path / "needle-textonly"
     args = ["run", "needle", "-m", f"m={tiny_models['base_a']}", "--ctx", "1k", "--depths", "50", "--samples", "2"]
@@ -66,6 +69,7 @@ def test_a_plugin_engine_runs_a_task_it_can_serve(tiny_models, tmp_path):
     assert len((out / "samples.jsonl").read_text().splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_a_plugin_engine_declares_an_option_of_its_own(tiny_models, tmp_path):
     """`suffix` declares --output-suffix in its options class: `--help` lists it, a run hands it to the engine and
     records it in run.json (it changes outputs, so it is part of the identity), another engine refuses it."""
@@ -89,6 +93,7 @@ def test_a_plugin_engine_declares_an_option_of_its_own(tiny_models, tmp_path):
     assert not (tmp_path / "on-hf").exists()
 
 
+@pytest.mark.slow
 def test_a_task_needing_a_capability_the_engine_lacks_is_one_line(tiny_models, tmp_path):
     out = tmp_path / "attention-textonly"
     result = run_with_plugin(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import pair_options, run_cli
+from conftest import pair_options, run_cli, run_cli_in_process
 from diffeval import intervals
 from diffeval.report import stats
 from diffeval.report.gates import compare
@@ -194,6 +194,7 @@ def test_proxy_table_has_no_paper_rows(tmp_path):
     assert "not a hallucination rate" in (folder / "table.md").read_text()
 
 
+@pytest.mark.slow
 def test_latex_compiles(runs, tmp_path):
     build_report([RunFolder(p) for p in runs.values()], ["latex"], tmp_path / "tex", paper=True)
     for name in runs:
@@ -231,9 +232,9 @@ def test_statistics_against_known_values():
 
 
 def test_fail_under_gates(runs):
-    met = run_cli("report", str(runs["needle"]), "--fail-under", "needle.accuracy@diff=0.7")
+    met = run_cli_in_process("report", str(runs["needle"]), "--fail-under", "needle.accuracy@diff=0.7")
     assert met.returncode == 0, met.stderr
-    missed = run_cli(
+    missed = run_cli_in_process(
         "report",
         str(runs["needle"]),
         "--fail-under",
@@ -244,9 +245,9 @@ def test_fail_under_gates(runs):
     assert missed.returncode == 1
     assert "gate failed: needle.accuracy@diff=0.8: measured 0.7500 < 0.8" in missed.stderr
     assert missed.stderr.count("gate failed") == 1  # base's gate (0.2 < 0.25) is met
-    absent = run_cli("report", str(runs["needle"]), "--fail-under", "needle.accuracy@nobody=0.1")
+    absent = run_cli_in_process("report", str(runs["needle"]), "--fail-under", "needle.accuracy@nobody=0.1")
     assert absent.returncode == 1 and "no needle results for model nobody" in absent.stderr
-    bad = run_cli("report", str(runs["needle"]), "--fail-under", "needle.speed@diff=1")
+    bad = run_cli_in_process("report", str(runs["needle"]), "--fail-under", "needle.speed@diff=1")
     assert bad.returncode == 2 and "unknown metric needle.speed" in bad.stderr
 
 
@@ -256,26 +257,27 @@ def test_compare_exit_codes(tmp_path):
     same = _folder(tmp_path, "same", "needle", needle_records((1,) * many, (1,) * many))
     worse = _folder(tmp_path, "worse", "needle", needle_records((1,) * 20 + (0,) * 20, (1,) * many))
     noisy = _folder(tmp_path, "noisy", "needle", needle_records((1,) * 36 + (0,) * 4, (1,) * many))
-    assert run_cli("compare", str(old), str(same)).returncode == 0
-    result = run_cli("compare", str(old), str(worse), "--max-drop", "0.02")
+    assert run_cli_in_process("compare", str(old), str(same)).returncode == 0
+    result = run_cli_in_process("compare", str(old), str(worse), "--max-drop", "0.02")
     assert result.returncode == 1 and "regression: needle.accuracy@diff dropped 0.500 " in result.stderr
     # a 10-point drop on 4 discordant pairs is not significant (McNemar p = 0.125)
-    assert run_cli("compare", str(old), str(noisy), "--max-drop", "0.02").returncode == 0
+    assert run_cli_in_process("compare", str(old), str(noisy), "--max-drop", "0.02").returncode == 0
     unrelated = _folder(tmp_path, "icl", "icl", icl_records())
-    assert run_cli("compare", str(old), str(unrelated)).returncode == 2
+    assert run_cli_in_process("compare", str(old), str(unrelated)).returncode == 2
 
 
 def test_damaged_and_missing_input(runs, tmp_path):
     with (runs["icl"] / "samples.jsonl").open("a") as handle:
         handle.write("[1, 2]\n{not json\n")
-    result = run_cli("report", str(runs["icl"]))
+    result = run_cli_in_process("report", str(runs["icl"]))
     assert result.returncode == 0 and "skipped 2 damaged line(s)" in result.stderr
     empty = tmp_path / "empty"
     empty.mkdir()
-    missing = run_cli("report", str(empty))
+    missing = run_cli_in_process("report", str(empty))
     assert missing.returncode == 2 and "neither a run folder nor a suite folder" in missing.stderr
 
 
+@pytest.mark.slow
 def test_suite_runs_every_task_and_gates(tiny_models, tmp_path):
     out = tmp_path / "suite"
     args = [

@@ -52,6 +52,7 @@ def _machine(folder) -> dict:
     return json.loads((folder / "run.json").read_text())["machine"]
 
 
+@pytest.mark.slow
 def test_a_run_applies_and_records_its_threads(tiny_models, tmp_path, machine_load):
     machine_load(3, 0.6)  # 3 cores, 1 busy: 2 threads
     result = run_cli_fast("run", "needle", *pair_options(tiny_models), *SMALL, "--out", str(tmp_path / "default"))

@@ -53,6 +53,7 @@ def test_toy_recipe_matches_parameters_across_kinds(kind):
     )
 
 
+@pytest.mark.slow
 def test_toy_diff2_reproduces_the_three_way_run(tmp_path):
     """The real CLI on the shipped V2 weights: the committed three-way run's 1K single-needle cell, exactly."""
     out = tmp_path / "v2"
@@ -70,6 +71,7 @@ def test_toy_diff2_reproduces_the_three_way_run(tmp_path):
     assert f"toy-diff2 | {accuracy:.2f}" in (BUILTIN_MODELS / "MODEL_CARD.md").read_text()
 
 
+@pytest.mark.slow
 def test_default_run_reproduces_the_reference_run(tmp_path):
     """The real CLI on the shipped weights, without --model: the committed reference run's 1K cells, exactly."""
     out = tmp_path / "default"
@@ -127,6 +129,7 @@ def test_corpus_documents_are_exact_length_and_weight_only_predictable_tokens():
         assert set(doc.weights[span + 1 :]) == {1.0}
 
 
+@pytest.mark.slow
 def test_builtin_names_work_anywhere(tmp_path):
     inspect = run_cli("models", "inspect", "toy-diff")
     assert inspect.returncode == 0 and "DiffLlamaForCausalLM" in inspect.stdout and "λ_init" in inspect.stdout
@@ -169,6 +172,7 @@ def _tiny(tmp_path: Path, name: str, **overrides) -> TrainConfig:
     return replace(config, **overrides)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["diff", "diff2"])
 def test_training_is_deterministic_and_resumes(tmp_path, kind):
     straight = _tiny(tmp_path, "straight", kind=kind)
@@ -190,6 +194,7 @@ def test_training_is_deterministic_and_resumes(tmp_path, kind):
     assert first.keys() == second.keys() and all(torch.equal(first[k], second[k]) for k in first)
 
 
+@pytest.mark.slow
 def test_ci_smoke_runs_on_the_default_pair(tmp_path):
     out = tmp_path / "smoke"
     result = run_cli("run", "suite", "ci-smoke", "--out", str(out))
@@ -240,6 +245,7 @@ def test_toy_train_never_replaces_a_model_it_did_not_start(tmp_path, overwrite):
     assert _snapshot(out) == before and not (tmp_path / "toy-base.work").exists()
 
 
+@pytest.mark.slow
 def test_toy_train_resumes_its_own_folder_and_refuses_another_runs(tmp_path):
     config = _tiny(tmp_path, "model", steps=2)
     train(config, log=lambda line: None)
@@ -266,6 +272,7 @@ def test_toy_train_resumes_its_own_folder_and_refuses_another_runs(tmp_path):
     assert exported.returncode == 2 and "is not empty" in exported.stderr and _snapshot(other) == {"config.json": b"{}"}
 
 
+@pytest.mark.slow
 def test_toy_train_overwrite_writes_into_a_folder_without_a_model(tmp_path):
     """--overwrite lets a run start in a non-empty folder; a tokenizer file left there is not taken as this run's."""
     config = _tiny(tmp_path, "model", steps=1)

@@ -183,6 +183,7 @@ def task_runs(tmp_path_factory) -> dict[str, Path]:
     return {name: root / name for name in commands} | {"needle": FIXTURE}
 
 
+@pytest.mark.slow
 def test_icl_and_hallucination_views(task_runs):
     icl_run, hal_run = task_runs["icl"], task_runs["hallucination"]
     view = open_run(0, icl_run)
@@ -228,6 +229,7 @@ def test_icl_and_hallucination_views(task_runs):
     assert detail["comparison"]["headings"] == ["model", "reference", "output", "score", ""]
 
 
+@pytest.mark.slow
 def test_attention_view_charts_every_map_per_layer(task_runs):
     view = open_run(0, task_runs["attention"])
     detail = sample_detail(view, sample_index(view)["samples"][0])
@@ -255,6 +257,7 @@ def _plugin_task(monkeypatch):
 PAGE_WORDS = {"id", "span", "dataset", "index", "rows"}
 
 
+@pytest.mark.slow
 def test_the_viewer_script_names_no_task_and_no_task_field(task_runs, monkeypatch):
     script = (Path(__file__).resolve().parents[1] / "diffeval" / "view" / "static" / "viewer.js").read_text()
     tasks = [*TASKS.values(), _plugin_task(monkeypatch)]
@@ -274,6 +277,7 @@ def test_the_viewer_script_names_no_task_and_no_task_field(task_runs, monkeypatc
     assert not found, f"viewer.js names {sorted(found)}"
 
 
+@pytest.mark.slow
 def test_viewer_tables_show_the_reports_texts(task_runs, tmp_path):
     """One format per metric: the page's table cells are the markdown report's, integral accuracies with decimals,
     CIs like their metric, the paired table's row labels as columns."""

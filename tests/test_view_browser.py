@@ -27,9 +27,12 @@ playwright = pytest.importorskip(
 CHROMIUM = os.environ.get("DIFFEVAL_CHROMIUM") or next(
     (found for name in ("chromium", "chromium-browser", "google-chrome") if (found := shutil.which(name))), None
 )
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium binary: apt-get install chromium, or set DIFFEVAL_CHROMIUM"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        CHROMIUM is None, reason="no Chromium binary: apt-get install chromium, or set DIFFEVAL_CHROMIUM"
+    ),
+    pytest.mark.slow,  # a browser, and the viewer's server in a real process
+]
 
 FIXTURE = Path(__file__).parent / "fixtures" / "view-needle"
 TOY_PAIR = Path(__file__).resolve().parents[1] / "results" / "toy-pair"

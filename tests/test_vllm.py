@@ -32,6 +32,11 @@ from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
 from diffeval.models.vllm_options import VLLMOptions  # noqa: E402
 
+# vLLM engines, seconds each to start (vllm implies slow), and the command line in real processes. One xdist group:
+# with `--dist loadgroup` these tests run on one worker, one engine at a time, and the kill and server tests, which
+# count vLLM processes, never overlap another of this module's engines
+pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm")]
+
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 BUILTIN = Path(__file__).resolve().parents[1] / "diffeval" / "toy_models"
 REFERENCE = Path(__file__).resolve().parents[1] / "results" / "toy-pair"
