@@ -33,6 +33,7 @@ def _committed_tables(run: str) -> list[Path]:
     )
 
 
+@pytest.mark.slow  # about 40 s for every committed folder
 @pytest.mark.parametrize("run", RUNS)
 def test_report_writes_the_committed_tables(run, tmp_path):
     if run in SKIPPED:

@@ -35,7 +35,10 @@ from diffeval.models.vllm_options import VLLMOptions  # noqa: E402
 # vLLM engines, seconds each to start (vllm implies slow), and the command line in real processes. One xdist group:
 # with `--dist loadgroup` these tests run on one worker, one engine at a time, and the kill and server tests, which
 # count vLLM processes, never overlap another of this module's engines
+# two xdist groups, one per worker under --dist loadgroup: the engines built in the test process and the tests that
+# start their own (CLI runs and servers) each run one engine at a time, side by side
 pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm")]
+CLI_RUNS = pytest.mark.xdist_group("vllm-cli")
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 BUILTIN = Path(__file__).resolve().parents[1] / "diffeval" / "toy_models"
@@ -161,6 +164,7 @@ def _both_backends(tmp_path: Path, *args: str) -> tuple[dict, dict]:
     return runs["hf"], runs["vllm"]
 
 
+@CLI_RUNS
 def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
     """Two models in one call on each backend; greedy outputs compared sample by sample."""
     models = ["-m", "toy=toy-base", "-m", f"gqa={gqa_llama}"]
@@ -173,6 +177,7 @@ def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
     assert len(differing) <= 0.01 * len(hf)
 
 
+@CLI_RUNS
 @pytest.mark.parametrize(
     "task, extra",
     [
@@ -197,6 +202,7 @@ def test_probe_outputs_are_the_same_on_both_backends(tmp_path, task, extra):
     assert len(differing) <= 0.05 * len(hf) + 1
 
 
+@CLI_RUNS
 def test_nll_by_position_is_the_same_on_both_backends(gqa_llama, tmp_path):
     """The nll task through the command line: the same windows, and per-bucket sums within the log-prob parity."""
     models = ["-m", "toy=toy-diff", "-m", f"gqa={gqa_llama}"]
@@ -207,6 +213,7 @@ def test_nll_by_position_is_the_same_on_both_backends(gqa_llama, tmp_path):
         assert vllm[key]["bpb"] == pytest.approx(hf[key]["bpb"], rel=1e-5)
 
 
+@CLI_RUNS
 def test_icl_predictions_are_the_same_on_both_backends(gqa_llama, tmp_path):
     hf, vllm = _both_backends(tmp_path, "run", "icl", "-m", "toy=toy-base", "-m", f"gqa={gqa_llama}", "--ctx", "1k",
                               "--shots", "4,16", "--orders", "random:2", "--test-size", "6", "--data-dir",
@@ -303,6 +310,12 @@ def test_tasks_vllm_cannot_serve_and_diff_models_are_one_line(tmp_path):
     assert not (tmp_path / "d").exists()
 
 
+def _process_tree(pid: int) -> set[int]:
+    """`pid` and every process it has started, as they run now."""
+    children = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
+    return {pid}.union(*(_process_tree(int(child)) for child in children))
+
+
 def _engine_processes() -> set[int]:
     found = subprocess.run(["pgrep", "-f", "VLLM::"], capture_output=True, text=True).stdout.split()
     return {int(pid) for pid in found}
@@ -312,17 +325,17 @@ def test_resume_after_kill_on_vllm_leaves_no_engine_behind(tmp_path):
     out = tmp_path / "killed"
     args = ["run", "needle", "-m", "toy=toy-base", "--backend", "vllm", "--batch-size", "2", "--ctx", "1k",
             "--depths", "0,50,100", "--samples", "10", "--out", str(out)]  # fmt: skip
-    before = _engine_processes()
     process = subprocess.Popen([sys.executable, "-m", "diffeval", *args], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)  # fmt: skip
     samples = out / "samples.jsonl"
     deadline = time.time() + 300
     while time.time() < deadline and (not samples.exists() or samples.read_text().count("\n") < 4):
         time.sleep(0.02)  # a toy batch takes tens of milliseconds: kill soon after the 4th record, long before the 30th
+    run = _process_tree(process.pid)  # the run and whatever its engine started (other tests' engines are not ours)
     process.send_signal(signal.SIGKILL)
     process.wait()
     time.sleep(1)
-    assert _engine_processes() <= before  # the engine ran in the killed process: nothing is left
+    assert not _engine_processes() & run  # the engine ran in the killed process: nothing of it is left
     done = len(_records(out))
     assert 4 <= done < 30
     result = run_cli(*args)
@@ -454,6 +467,7 @@ def test_vllm_stops_at_every_generation_config_eos_id(real_models, tmp_path):
     assert outputs["hf"].text == outputs["vllm"].text and outputs["hf"].new_tokens == outputs["vllm"].new_tokens == 3
 
 
+@CLI_RUNS
 @pytest.mark.parametrize("task", ["needle", "icl", "hallucination"])
 def test_real_checkpoints_run_every_vllm_task_through_the_cli(real_models, task, tmp_path):
     from test_real_checkpoints import TASK_RUNS
@@ -625,6 +639,7 @@ def test_motif_kv_cache_is_twice_a_llamas(motif_pair):
     assert motif == 2 * llama
 
 
+@CLI_RUNS
 @pytest.mark.parametrize("shape", ["motif-gqa", "motif-gda"])
 def test_motif_needle_outputs_are_the_same_on_both_backends(motif_models, tmp_path, shape):
     path = motif_models[shape]
