@@ -74,7 +74,7 @@ def measure(backend_name: str, model: str, samples: int) -> dict:
 
 
 def _options(ctx: int, samples: int):
-    from diffeval.tasks.haystack.needle import NeedleOptions
+    from diffeval.tasks.haystack.needle_options import NeedleOptions
 
     return NeedleOptions(ctx=[ctx], depths=[50], samples=samples)
 

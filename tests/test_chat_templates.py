@@ -23,10 +23,10 @@ from diffeval.tasks.analyses.attention import AttentionOptions
 from diffeval.tasks.choices import icl
 from diffeval.tasks.choices import icl_demonstrations as demos
 from diffeval.tasks.choices import prompts as choice_prompts
-from diffeval.tasks.choices.icl import IclOptions
+from diffeval.tasks.choices.icl_options import IclOptions
 from diffeval.tasks.conversations import prompts as conversation_prompts
 from diffeval.tasks.haystack import needle, recipe, samples
-from diffeval.tasks.haystack.needle import NeedleOptions
+from diffeval.tasks.haystack.needle_options import NeedleOptions
 
 FIXTURES = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"
 # SmolLM2's template: a default system turn when the messages have none, then the user turn, then the generation

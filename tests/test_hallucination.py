@@ -15,7 +15,7 @@ from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, Verd
 from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
-from diffeval.tasks.conversations import hallucination, hallucination_report, judging
+from diffeval.tasks.conversations import hallucination, hallucination_options, hallucination_report, judging
 from diffeval.tasks.conversations import prompts as conversation_prompts
 
 SECRET = "sk-test-never-on-disk-4242"
@@ -453,7 +453,7 @@ def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(ser
     assert records[1]["score"] == 0.0 and records[1]["verdict"] is None
     second = f"openai-compatible:{server.url}#second"
     assert [r["other_verdicts"] for r in records] == [{second: True}, {second: None}, {second: False}]
-    tables = hallucination_report.tables(pd.DataFrame(records), hallucination.HallucinationOptions())
+    tables = hallucination_report.tables(pd.DataFrame(records), hallucination_options.HallucinationOptions())
     judges = tables["judges"]
     assert list(judges.index) == ["overlap@0.25", second] and judges.loc[second, "both judged"] == 2
     assert {"kappa", "kappa_low", "kappa_high", "accuracy m"} <= set(judges.columns)

@@ -9,7 +9,7 @@ from diffeval.models.hf import HFBackend
 from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks.haystack import needle, needle_report, recipe, tables
-from diffeval.tasks.haystack.needle import NeedleOptions
+from diffeval.tasks.haystack.needle_options import NeedleOptions
 from diffeval.tasks.haystack.recipe import STOP
 
 # every test here touches transformers' internals: .ci/run runs them again at the low end of its range

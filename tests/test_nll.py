@@ -16,7 +16,7 @@ from diffeval.data import books
 from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks.loss import buckets as loss_buckets
-from diffeval.tasks.loss import nll, nll_report
+from diffeval.tasks.loss import nll_options, nll_report
 from diffeval.tasks.loss.windows import Window
 
 # a short book in the shared layout: a title page before the first chapter, a non-ASCII character, several paragraphs
@@ -121,7 +121,7 @@ def test_tables_read_only_the_windows_every_model_scored():
         return {"model": model, "sample_id": f"w{window}", "group": group, "ctx": 8, "bytes": 10, "ids_sha": "", **sums}
 
     rows = [record(m, w, g) for m in ("a", "b") for w, g in ((1, "g1"), (2, "g2"))] + [record("a", 0, "g0")]
-    out = nll_report.tables(pd.DataFrame(rows), nll.NLLOptions(ctx=[8], buckets=2))
+    out = nll_report.tables(pd.DataFrame(rows), nll_options.NLLOptions(ctx=[8], buckets=2))
     note = out["nll_bytes"].attrs["note"]
     assert "the same 20 bytes (2 documents, 2 windows)" in note and "1 window(s) that not every model" in note
     assert set(out["nll_bytes"]["windows"]) == {2}

@@ -40,6 +40,7 @@ from diffeval.tasks.analyses.shares import (
 )
 from diffeval.tasks.base import Listing, Reporting, RunContext, Running, Scoring, Task, Viewing, with_cells, with_rows
 from diffeval.tasks.haystack import needle
+from diffeval.tasks.haystack.needle_options import NeedleOptions
 from diffeval.tasks.haystack.recipe import check_haystack, fitted_prompt, make_samples_for, sizing_for
 from diffeval.tasks.haystack.samples import HaystackPrompt, HaystackSample
 
@@ -50,7 +51,7 @@ if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions
 
 
 @dataclass(frozen=True)
-class AttentionOptions(needle.NeedleOptions):
+class AttentionOptions(NeedleOptions):
     """Attention-to-answer analysis on the needle task's samples (paper Table 3)."""
 
     samples: int = option(20, help="samples per depth × length × N/R cell", identity=False)

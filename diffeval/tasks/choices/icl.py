@@ -25,8 +25,6 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import groupby
 
-from diffeval.config import context_option, option, parse_str_list
-from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend, Tokenizer
 from diffeval.models.tokenizer import PromptTokenizer, encode_choices_in_context
@@ -38,9 +36,9 @@ from diffeval.tasks.choices.icl_demonstrations import (
     demonstration_block,
     demonstrations,
     format_example,
-    parse_orders,
     test_ids,
 )
+from diffeval.tasks.choices.icl_options import IclOptions, parse_orders
 from diffeval.tasks.choices.icl_report import SUMMARY_KEYS, plots, sample_view, tables
 from diffeval.tasks.choices.prompts import (
     best_choice,
@@ -52,51 +50,6 @@ from diffeval.tasks.choices.prompts import (
 )
 
 SHARED = "the ICL demonstrations"  # what a run's prompts share, named where a chat template cannot share it
-
-
-def parse_shots(text: str | int | list) -> list:
-    items = text if isinstance(text, list) else str(text).split(",")
-    out = []
-    for item in items:
-        token = str(item).strip()
-        if token != "max" and not token.isdigit():
-            raise InputError(f"bad --shots value {token!r}: use non-negative integers or max, e.g. 1,10,100,max")
-        out.append(token if token == "max" else int(token))
-    return out
-
-
-@dataclass(frozen=True)
-class IclOptions:
-    """Many-shot ICL with order robustness (paper Figures 6 and 7; Bertsch et al. 2024)."""
-
-    ctx: list[int] = context_option([4096], help="the prompt budget, e.g. 64k (one length)")
-    datasets: list[str] = option(
-        ["trec"], help="trec, trec-fine, banking77, clinic150; comma list", flag="--dataset", parse=parse_str_list
-    )
-    shots: list = option(
-        [1, 10, 100], help="demonstrations per prompt, comma list; max fills the context", parse=parse_shots
-    )
-    orders: list[str] = option(
-        ["random:3"], help="random:K, alternating:K, grouped[:K]; comma list", parse=parse_str_list
-    )
-    test_size: int = option(250, help="test queries per dataset [default: 250]")
-    draws: int = option(1, help="independent demonstration draws [default: 1]")
-    data_dir: str | None = option(None, help="read local files in the ../shared/datasets layout, not the hub")
-    test_indices: str | None = option(None, help="JSON list of test rows, or a folder of <name>-indices.txt")
-    length_norm: bool = option(False, help="score labels by mean token log-prob", flag="--length-norm")
-
-    def validate(self) -> None:
-        if len(self.ctx) != 1:
-            raise InputError(f"--ctx {self.ctx}: ICL takes one context length (the prompt budget), e.g. --ctx 64k")
-        unknown = [d for d in self.datasets if d not in icl_data.DATASETS]
-        if unknown or not self.datasets:
-            raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(icl_data.DATASETS)}")
-        for shots in self.shots:
-            if shots != "max" and (not isinstance(shots, int) or shots < 0):
-                raise InputError(f"bad --shots value {shots!r}: use non-negative integers or max, e.g. 1,10,100,max")
-        parse_orders(self.orders)
-        if self.test_size < 1 or self.draws < 1:
-            raise InputError("--test-size and --draws must be at least 1")
 
 
 @dataclass(frozen=True)

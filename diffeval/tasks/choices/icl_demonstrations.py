@@ -7,15 +7,10 @@ import random
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
-
-if TYPE_CHECKING:
-    from diffeval.tasks.choices.icl import IclOptions
-
-ORDER_TYPES = ("random", "alternating", "grouped")
+from diffeval.tasks.choices.icl_options import IclOptions
 
 
 @dataclass(frozen=True)
@@ -31,16 +26,6 @@ class Run:
     @property
     def key(self) -> tuple:
         return (self.dataset, self.shots, self.order, self.order_seed, self.draw)
-
-
-def parse_orders(orders: list[str]) -> list[tuple[str, int]]:
-    parsed = []
-    for item in orders:
-        kind, _, count = str(item).partition(":")
-        if kind not in ORDER_TYPES or (count and not count.isdigit()) or (count and int(count) < 1):
-            raise InputError(f"bad order {item!r}: use random:K, alternating:K or grouped[:K], e.g. random:10")
-        parsed.append((kind, int(count or 1)))
-    return parsed
 
 
 @lru_cache(maxsize=8)

@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING
 from diffeval.paper import FIGURE7_TREC
 from diffeval.tasks.base import RunContext, with_cells
 from diffeval.tasks.choices.icl_demonstrations import Run, dataset, ordered
+from diffeval.tasks.choices.icl_options import IclOptions
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     from pathlib import Path
 
     import pandas as pd
-
-    from diffeval.tasks.choices.icl import IclOptions
 
 SUMMARY_KEYS = ["model", "dataset", "shots", "order", "order_seed", "draw"]
 

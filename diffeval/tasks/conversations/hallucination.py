@@ -21,64 +21,16 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-from diffeval.config import context_option, option, parse_str_list
 from diffeval.data import hallucination as data
-from diffeval.errors import InputError
 from diffeval.judges import Judge, JudgeItem, make_judge
-from diffeval.models.backend import Backend, Generation, available_backends
+from diffeval.models.backend import Backend, Generation
 from diffeval.records import MayBeAbsent, Record, sample_id
 from diffeval.tasks.base import ContextBudget, Listing, Reporting, RunContext, Running, Scoring, Task, Viewing
+from diffeval.tasks.conversations.hallucination_options import HallucinationOptions
 from diffeval.tasks.conversations.hallucination_report import plots, sample_view, tables
 from diffeval.tasks.conversations.judging import judge_generations
 from diffeval.tasks.conversations.prompts import fit_prompt
-
-
-@dataclass(frozen=True)
-class HallucinationOptions:
-    """Contextual hallucination on summarization and QA (paper Table 4)."""
-
-    ctx: list[int] = context_option([4096], help="the prompt budget, e.g. 4k (one length)")
-    datasets: list[str] = option(
-        ["xsum"], help="xsum, cnndm, multi_news, qasper, hotpotqa, 2wikimqa", flag="--dataset", parse=parse_str_list
-    )
-    samples: int = option(100, help="documents per dataset (the first N) [default: 100]", identity=False)
-    judge: list[str] = option(  # required: there is no silent default
-        [],
-        type=list[str],
-        parse=lambda value: [value] if isinstance(value, str) else [str(v) for v in value],
-        help="required: openai:MODEL | openai-compatible:BASE_URL#MODEL | hf:PATH | overlap (offline proxy); "
-        "repeat for more judges: the first is primary, the others are compared with it",
-    )
-    judge_backend: str = option("hf", help="engine of an hf:PATH judge: hf | vllm [default: hf]")
-    data_dir: str | None = option(None, help="read local JSONL files (../shared/datasets/hallucination layout)")
-    judge_cache: str | None = option(None, help="verdict cache folder [default: ~/.cache/diffeval]", identity=False)
-    judge_timeout: float = option(60.0, help="seconds per judge request [default: 60]", identity=False)
-    judge_retries: int = option(5, help="retries on 429, 5xx and timeouts [default: 5]", identity=False)
-    judge_concurrency: int = option(4, help="judge requests in flight [default: 4]", identity=False)
-
-    def validate(self) -> None:
-        if len(set(self.judge)) != len(self.judge):
-            raise InputError(f"--judge {self.judge}: each judge once")
-        if not self.judge:
-            raise InputError("--judge is required: openai:MODEL, openai-compatible:BASE_URL#MODEL, hf:PATH or overlap")
-        if len(self.ctx) != 1:
-            raise InputError(f"--ctx {self.ctx}: hallucination runs take one context length, e.g. --ctx 4k")
-        unknown = [d for d in self.datasets if d not in data.DATASETS]
-        if unknown or not self.datasets:
-            raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(data.DATASETS)}")
-        if self.judge_cache and Path(self.judge_cache).expanduser().exists() and not Path(self.judge_cache).is_dir():
-            raise InputError(f"--judge-cache {self.judge_cache} is a file: give a folder for the verdict cache")
-        engines = available_backends()
-        if self.judge_backend not in engines:
-            raise InputError(f"unknown --judge-backend {self.judge_backend!r}: use one of {', '.join(engines)}")
-        if self.judge_backend != "hf" and not any(j.startswith("hf:") for j in self.judge):
-            raise InputError(
-                f"--judge-backend {self.judge_backend} runs hf:PATH judges, and no --judge is one: leave it out"
-            )
-        if self.samples < 1 or self.judge_retries < 0 or self.judge_concurrency < 1 or self.judge_timeout <= 0:
-            raise InputError("--samples and --judge-concurrency must be at least 1, --judge-timeout positive")
 
 
 @dataclass(frozen=True)

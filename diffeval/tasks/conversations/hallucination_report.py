@@ -10,14 +10,13 @@ from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.paper import TABLE4
 from diffeval.tasks.base import RunContext, with_cells, with_rows
+from diffeval.tasks.conversations.hallucination_options import HallucinationOptions
 from diffeval.tasks.conversations.judging import judge_agreement
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     from pathlib import Path
 
     import pandas as pd
-
-    from diffeval.tasks.conversations.hallucination import HallucinationOptions
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:

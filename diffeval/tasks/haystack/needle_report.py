@@ -12,6 +12,7 @@ from diffeval.paper import TABLE2
 from diffeval.tasks.base import with_cells, with_rows
 from diffeval.tasks.blocks import Mark
 from diffeval.tasks.haystack import plots, tables
+from diffeval.tasks.haystack.needle_options import NeedleOptions
 from diffeval.tasks.haystack.samples import ANSWER, HaystackPrompt, HaystackSample
 from diffeval.tasks.haystack.view import PromptText
 
@@ -19,8 +20,6 @@ if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions
     from pathlib import Path
 
     import pandas as pd
-
-    from diffeval.tasks.haystack.needle import NeedleOptions
 
 
 def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:

@@ -9,14 +9,13 @@ from diffeval.errors import InputError
 from diffeval.tasks.base import RunContext, with_cells
 from diffeval.tasks.blocks import Chart, Document, Field, Fields, Mark, Notice, Section, Series, Text
 from diffeval.tasks.loss.buckets import LN2, STRIP_BINS, bucket_edges, common_windows, position_table, shared_tokens
+from diffeval.tasks.loss.nll_options import NLLOptions
 from diffeval.tasks.loss.windows import Window, byte_to_char, window_text
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     from pathlib import Path
 
     import pandas as pd
-
-    from diffeval.tasks.loss.nll import NLLOptions
 
 DIFFERING_BINS = 5  # stretches the viewer shows where two models differ most
 PAPER_NOTE = (

@@ -1,0 +1,67 @@
+"""ICL's options (`IclOptions`: the prompt budget, datasets, shot counts, orders, test queries, draws) and the
+parsing of its `--shots` and `--orders` values."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from diffeval.config import context_option, option, parse_str_list
+from diffeval.data import icl as icl_data
+from diffeval.errors import InputError
+
+ORDER_TYPES = ("random", "alternating", "grouped")
+
+
+def parse_shots(text: str | int | list) -> list:
+    items = text if isinstance(text, list) else str(text).split(",")
+    out = []
+    for item in items:
+        token = str(item).strip()
+        if token != "max" and not token.isdigit():
+            raise InputError(f"bad --shots value {token!r}: use non-negative integers or max, e.g. 1,10,100,max")
+        out.append(token if token == "max" else int(token))
+    return out
+
+
+def parse_orders(orders: list[str]) -> list[tuple[str, int]]:
+    parsed = []
+    for item in orders:
+        kind, _, count = str(item).partition(":")
+        if kind not in ORDER_TYPES or (count and not count.isdigit()) or (count and int(count) < 1):
+            raise InputError(f"bad order {item!r}: use random:K, alternating:K or grouped[:K], e.g. random:10")
+        parsed.append((kind, int(count or 1)))
+    return parsed
+
+
+@dataclass(frozen=True)
+class IclOptions:
+    """Many-shot ICL with order robustness (paper Figures 6 and 7; Bertsch et al. 2024)."""
+
+    ctx: list[int] = context_option([4096], help="the prompt budget, e.g. 64k (one length)")
+    datasets: list[str] = option(
+        ["trec"], help="trec, trec-fine, banking77, clinic150; comma list", flag="--dataset", parse=parse_str_list
+    )
+    shots: list = option(
+        [1, 10, 100], help="demonstrations per prompt, comma list; max fills the context", parse=parse_shots
+    )
+    orders: list[str] = option(
+        ["random:3"], help="random:K, alternating:K, grouped[:K]; comma list", parse=parse_str_list
+    )
+    test_size: int = option(250, help="test queries per dataset [default: 250]")
+    draws: int = option(1, help="independent demonstration draws [default: 1]")
+    data_dir: str | None = option(None, help="read local files in the ../shared/datasets layout, not the hub")
+    test_indices: str | None = option(None, help="JSON list of test rows, or a folder of <name>-indices.txt")
+    length_norm: bool = option(False, help="score labels by mean token log-prob", flag="--length-norm")
+
+    def validate(self) -> None:
+        if len(self.ctx) != 1:
+            raise InputError(f"--ctx {self.ctx}: ICL takes one context length (the prompt budget), e.g. --ctx 64k")
+        unknown = [d for d in self.datasets if d not in icl_data.DATASETS]
+        if unknown or not self.datasets:
+            raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(icl_data.DATASETS)}")
+        for shots in self.shots:
+            if shots != "max" and (not isinstance(shots, int) or shots < 0):
+                raise InputError(f"bad --shots value {shots!r}: use non-negative integers or max, e.g. 1,10,100,max")
+        parse_orders(self.orders)
+        if self.test_size < 1 or self.draws < 1:
+            raise InputError("--test-size and --draws must be at least 1")
