@@ -14,6 +14,7 @@ only from the driver, once per chunk. When the driver dies, rerunning the same c
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
@@ -81,9 +82,14 @@ def connect(address: str) -> None:
                 f"cannot reach a Ray cluster at {address} ({exc.strerror or exc}): start one with `ray start --head`, "
                 "or check the address"
             ) from None
-    options = dict(include_dashboard=False, log_to_driver=False, namespace=NAMESPACE, logging_level="ERROR")
-    try:
-        ray.init(address=address, **options)  # "local" always starts a new instance, whatever RAY_ADDRESS says
+    try:  # "local" always starts a new instance, whatever RAY_ADDRESS says
+        ray.init(
+            address=address,
+            include_dashboard=False,
+            log_to_driver=False,
+            namespace=NAMESPACE,
+            logging_level=logging.ERROR,
+        )
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise InputError(
             f"cannot reach a Ray cluster at {address} ({_first_line(exc)}): start one with `ray start --head`, or "
@@ -138,7 +144,7 @@ def evaluate_on_ray(
         chunks = chunks_per_model[spec.name]
         if not chunks:
             continue
-        workers = [
+        workers: list[Any] = [  # Ray actor handles: each method is called through its `.remote`
             remote.options(name=f"{spec.name}-{i}-{time.time_ns()}", **placement).remote(task.name, spec, config)
             for i in range(config.workers or 1)
         ]
