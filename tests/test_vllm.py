@@ -32,11 +32,9 @@ from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
 from diffeval.models.vllm_options import VLLMOptions  # noqa: E402
 
-# vLLM engines, seconds each to start (vllm implies slow), and the command line in real processes. One xdist group:
-# with `--dist loadgroup` these tests run on one worker, one engine at a time, and the kill and server tests, which
-# count vLLM processes, never overlap another of this module's engines
-# two xdist groups, one per worker under --dist loadgroup: the engines built in the test process and the tests that
-# start their own (CLI runs and servers) each run one engine at a time, side by side
+# vLLM engines, seconds each to start (vllm implies slow), and the command line in real processes, in two xdist groups
+# that `--dist loadgroup` gives a worker each, so each worker runs one engine at a time: `vllm` (engines built in this
+# process, the servers, the kill test) and `vllm-cli` (the tasks' CLI runs compared across the two engines)
 pytestmark = [pytest.mark.vllm, pytest.mark.xdist_group("vllm")]
 CLI_RUNS = pytest.mark.xdist_group("vllm-cli")
 
