@@ -44,7 +44,7 @@ def check_models(config: RunConfig) -> dict[str, dict]:
     for spec in config.models:
         info = describe(spec, check_checkpoint(spec, config.trust_remote_code, config.chat_template), kind=spec.kind)
         check_model(info, settings, config.backend)
-        longest = max(config.options.ctx)
+        longest = max(config.lengths)
         if info.max_positions and longest > info.max_positions and not config.allow_overlength:
             raise InputError(
                 f"context {longest} exceeds {spec.name}'s max_position_embeddings {info.max_positions}: "

@@ -7,6 +7,7 @@ which."""
 import json
 import re
 import shutil
+import subprocess
 from importlib import resources
 from pathlib import Path
 from unittest.mock import ANY
@@ -234,12 +235,18 @@ def test_a_rate_recorded_at_another_prompt_size_is_not_used(tiny_models, tmp_pat
         assert "none within 1.25x of this run's 2," in note and "(the rate falls as prompts grow)" in note, note
 
 
-def test_the_committed_reference_run_no_longer_times_a_new_one(monkeypatch):
+def test_the_committed_reference_run_no_longer_times_a_new_one(monkeypatch, tmp_path):
     """results/toy-pair was recorded on another machine, before run.json recorded machines: the README's quick start,
-    dry-run from the repository, gets no estimate from it (it said 34 min, then 4 h 32 min, for the same command)."""
+    dry-run from the repository, gets no estimate from it (it said 34 min, then 4 h 32 min, for the same command).
+    The committed run folders are copied beside a fresh results/, so what a user's own runs left there (the quick
+    start's own folder, done) plays no part."""
     root = Path(__file__).resolve().parents[1]
-    assert (root / "results" / "toy-pair" / "run.json").is_file()
-    monkeypatch.chdir(root)
+    listing = subprocess.run(["git", "ls-files", "results"], cwd=root, capture_output=True, text=True, check=True)
+    for path in listing.stdout.splitlines():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(root / path, tmp_path / path)
+    assert (tmp_path / "results" / "toy-pair" / "run.json").is_file()
+    monkeypatch.chdir(tmp_path)
     result = run_cli_fast("run", "needle", "--ctx", "1k", "--needles", "1", "--queries", "1", "--samples", "20",
                           "--dry-run")  # fmt: skip
     assert result.returncode == 0, result.stderr

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from diffeval.config import option
 from diffeval.errors import InputError
@@ -46,8 +46,6 @@ from diffeval.tasks.haystack.samples import HaystackPrompt, HaystackSample
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
-
-    from diffeval.models.tokenizer import Tokenizer
 
 
 @dataclass(frozen=True)
@@ -95,7 +93,7 @@ def evaluate(batch: list[HaystackSample], backend: Backend, context: RunContext[
         if options.rows == "answer":
             # the answer is tokenized after the prompt, as the model reads it; where its first token merges with the
             # prompt's last, the rows start at the last token both share
-            extended = encode_in_context(cast("Tokenizer", backend), prompt.text, [" " + ", ".join(sample.expected)])
+            extended = encode_in_context(backend, prompt.text, [" " + ", ".join(sample.expected)])
             ids = extended.prefix + extended.tails[0]
             rows = list(range(len(extended.prefix) - 1, len(ids) - 1))
         segments = segment_ids(prompt, len(ids), len(sample.expected), options.span)

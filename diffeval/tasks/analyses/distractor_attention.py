@@ -200,7 +200,7 @@ def prepare(context: RunContext[DistractorAttentionOptions], tokenizers: dict) -
 def budget(context: RunContext[DistractorAttentionOptions]) -> ContextBudget:
     """The probe's own: its prompt is fitted beside the probe's answer limit, so it is the prompt of its runs."""
     options = context.options
-    return ContextBudget(options.ctx, PROBES[options.probe].TOKENS_TO_GENERATE, MIN_PROMPT_TOKENS)
+    return ContextBudget(context.lengths, PROBES[options.probe].TOKENS_TO_GENERATE, MIN_PROMPT_TOKENS)
 
 
 RECORD_SCHEMA = {

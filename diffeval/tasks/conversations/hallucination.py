@@ -77,7 +77,7 @@ def evaluate(
     batch: list[HallucinationSample], backend: Backend, context: RunContext[HallucinationOptions]
 ) -> list[Record]:
     """The chunk's generations, one engine call per dataset in it (output lengths differ); judged later, by `judge`."""
-    ctx = context.options.ctx[0]
+    ctx = context.lengths[0]
     start = time.perf_counter()
     fitted = [fit_prompt(data.SPECS[s.dataset], s.document, backend, ctx - data.SPECS[s.dataset].max_new_tokens,
                          context.chat_template) for s in batch]  # fmt: skip
@@ -127,7 +127,7 @@ def sizing(samples: list[HallucinationSample], tokenizer, context: RunContext[Ha
     prompt = generated = 0
     for sample in samples:
         spec = data.SPECS[sample.dataset]
-        room = context.options.ctx[0] - spec.max_new_tokens
+        room = context.lengths[0] - spec.max_new_tokens
         prompt += len(fit_prompt(spec, sample.document, tokenizer, room, context.chat_template)[0])
         generated += spec.max_new_tokens
     return prompt, generated
@@ -158,7 +158,7 @@ def budget(context: RunContext[HallucinationOptions]) -> ContextBudget:
     """Each sample reserves its dataset's output length (LongBench's), so each length holds the longest of the run's
     datasets beside a prompt."""
     answer = max(data.SPECS[name].max_new_tokens for name in context.options.datasets)
-    return ContextBudget(context.options.ctx, answer, MIN_PROMPT_TOKENS)
+    return ContextBudget(context.lengths, answer, MIN_PROMPT_TOKENS)
 
 
 TASK = Task(

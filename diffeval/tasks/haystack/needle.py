@@ -148,7 +148,7 @@ MIN_PROMPT_TOKENS = 65  # the least prompt a context must leave beside the answe
 def budget(context: RunContext[NeedleOptions]) -> ContextBudget:
     """Each length holds a prompt and the answer's token limit: --max-new-tokens, else at least MIN_NEW_TOKENS (the
     rest of a longer expected answer is fitted per sample, `token_limit`)."""
-    return ContextBudget(context.options.ctx, context.max_new_tokens or MIN_NEW_TOKENS, MIN_PROMPT_TOKENS)
+    return ContextBudget(context.lengths, context.max_new_tokens or MIN_NEW_TOKENS, MIN_PROMPT_TOKENS)
 
 
 def rebuild(recipe: Recipe, options: NeedleOptions, record: dict[str, Any]) -> HaystackSample:

@@ -118,7 +118,7 @@ def probe_task(recipe: Recipe, options: type, help: str, note: str, token_limit:
     record fields they read) are the recipe's own."""
 
     def budget(context: RunContext[Any]) -> ContextBudget:
-        return ContextBudget(context.options.ctx, token_limit, MIN_PROMPT_TOKENS)
+        return ContextBudget(context.lengths, token_limit, MIN_PROMPT_TOKENS)
 
     return Task(
         name=recipe.name,

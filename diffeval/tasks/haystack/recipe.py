@@ -139,7 +139,7 @@ def check_fits_with(recipe: Recipe) -> Callable[[RunContext[Any], dict], None]:
 
         options = context.options
         prompt_tokenizers: list[Any] = [PromptTokenizer(tokenizer, name) for name, tokenizer in tokenizers.items()]
-        for ctx in options.ctx:
+        for ctx in context.lengths:
             for setting in options.settings():
                 sample = recipe.make_sample(options, context.seed, ctx, options.cell_depths()[0], setting, 0)
                 for tokenizer in prompt_tokenizers:

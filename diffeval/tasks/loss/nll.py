@@ -34,7 +34,7 @@ from diffeval.tasks.loss.windows import Window, cut_windows, token_limits, windo
 
 def budget(context: RunContext[NLLOptions]) -> ContextBudget:
     # one position past the sequence: vLLM generates a token after every prompt, and both engines score the same ids
-    return ContextBudget(context.options.ctx, answer=1, least_prompt=2)
+    return ContextBudget(context.lengths, answer=1, least_prompt=2)
 
 
 def check_inputs(context: RunContext[NLLOptions]) -> None:
