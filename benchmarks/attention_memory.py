@@ -27,8 +27,8 @@ def measure(mode: str, model_dir: str, ctx: int, cap_gb: float) -> dict:
     """Runs in a child process; prints one JSON line."""
     import torch
 
-    from diffeval.models.hf import HFBackend
-    from diffeval.models.loading import load_model
+    from diffeval.models.checkpoints.loading import load_model
+    from diffeval.models.engines.hf import HFBackend
     from diffeval.models.spec import ModelSpec
     from diffeval.tasks.analyses import attention
     from diffeval.tasks.analyses.attention import AttentionOptions

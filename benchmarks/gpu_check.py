@@ -45,9 +45,9 @@ from diffeval import runner
 from diffeval.data.cities import CITIES
 from diffeval.data.haystack import NOISE_SENTENCES
 from diffeval.models.backend import EngineSettings, make_backend
+from diffeval.models.engines.vllm_options import VLLMOptions
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import train_tokenizer
-from diffeval.models.vllm_options import VLLMOptions
 from diffeval.tasks import build_config
 from diffeval.tasks.analyses import attention
 from diffeval.tasks.analyses.attention import AttentionOptions
@@ -75,15 +75,13 @@ LIMITS = {
 def build_pair(root: Path, shape: dict) -> dict[str, Path]:
     from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
 
-    from diffeval.models.loading import register_variants
     from diffeval.models.tiny import tiny_config
+    from diffeval.models.variants.registry import register
 
-    register_variants()  # Motif's classes, which transformers does not ship
+    register()  # Motif's classes, which transformers does not ship
 
     texts = (
-        [" ".join(NOISE_SENTENCES)] * 20
-        + [needle.INSTRUCTION]
-        + [needle.needle_sentence(c, "1234567") for c in CITIES]
+        [" ".join(NOISE_SENTENCES)] * 20 + [needle.INSTRUCTION] + [needle.needle_sentence(c, "1234567") for c in CITIES]
     )
     train_tokenizer(texts, 2000, root / "tok")
     tokenizer = PreTrainedTokenizerFast.from_pretrained(root / "tok")

@@ -31,8 +31,8 @@ from rich.console import Console
 from diffeval import runner
 from diffeval.data.cities import CITIES
 from diffeval.data.haystack import NOISE_SENTENCES
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model, train_tokenizer
 from diffeval.tasks import build_config
@@ -97,7 +97,7 @@ def harness_overhead(
 
 def real_model(path: str) -> dict[str, Path]:
     """The checkpoint both harnesses load: the folder itself, or a GGUF file's dequantized safetensors folder."""
-    from diffeval.models import gguf
+    from diffeval.models.checkpoints import gguf
 
     found = gguf.find(path, "real")
     return {"real": gguf.dequantized(found, "real") if found else Path(path).expanduser()}

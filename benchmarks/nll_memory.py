@@ -44,7 +44,7 @@ def measure(model: str, ctx: int, mode: str, threads: int) -> dict:
     import torch
 
     from diffeval.models.backend import EngineSettings, make_backend
-    from diffeval.models.hf_options import HFOptions
+    from diffeval.models.engines.hf_options import HFOptions
     from diffeval.models.spec import ModelSpec
 
     torch.set_num_threads(threads)

@@ -49,7 +49,7 @@ def prefill_rates(engine: str, folder: str, threads: int, repeats: int) -> dict:
     import torch
 
     from diffeval.models.backend import EngineSettings, make_backend
-    from diffeval.models.hf_options import HFOptions
+    from diffeval.models.engines.hf_options import HFOptions
     from diffeval.models.spec import ModelSpec
 
     torch.set_num_threads(threads)
@@ -74,7 +74,7 @@ def matmul_share(folder: str, threads: int, length: int) -> dict:
     """Model FLOP/s of an hf prefill at `length` tokens ÷ the FLOP/s torch matmuls of the model's shapes reach."""
     import torch
 
-    from diffeval.models.loading import load_model
+    from diffeval.models.checkpoints.loading import load_model
     from diffeval.models.spec import ModelSpec
 
     torch.set_num_threads(threads)

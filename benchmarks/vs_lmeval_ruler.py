@@ -74,7 +74,7 @@ LMEVAL_SAMPLES_PER_LENGTH = 500  # lm-eval's ruler datasets: RULER's 500 samples
 
 def model_folder(path: str | None) -> Path:
     """The checkpoint both harnesses load: a folder, or a GGUF file's dequantized safetensors folder."""
-    from diffeval.models import gguf
+    from diffeval.models.checkpoints import gguf
 
     if path is None:
         sys.path.insert(0, str(REPO / "tests"))

@@ -317,9 +317,11 @@ def models_inspect(
     trust_remote_code: Annotated[bool, Opt("--trust-remote-code")] = False,
 ) -> None:
     """Architecture summary; for DIFF models λ_init and the learned λ of every layer."""
-    from diffeval.models import variants
+    from diffeval.models.checkpoints.check import check_checkpoint
+    from diffeval.models.checkpoints.loading import load_model
     from diffeval.models.lambda_probe import per_token_lambdas
-    from diffeval.models.loading import check_checkpoint, load_model
+    from diffeval.models.variants import registry as variants
+    from diffeval.models.variants.base import PER_TOKEN
 
     if device not in DEVICES or dtype not in DTYPES:
         raise InputError(
@@ -362,7 +364,7 @@ def models_inspect(
         for row in info.lambdas:
             lambdas.add_row(str(row["layer"]), f"{row['lambda_init']:.4f}", f"{row['lambda']:.4f}")
         console.print(lambdas)
-    if variant is not None and variant.lambda_form == variants.PER_TOKEN:
+    if variant is not None and variant.lambda_form == PER_TOKEN:
         probe = per_token_lambdas(loaded, variant)
         title = f"λ per layer (V2: λ = sigmoid(W_λ·x) per token and head, over a {probe.tokens}-token probe)"
         table = Table(title=title)
@@ -383,7 +385,7 @@ def models_convert(
 ) -> None:
     """Convert a Llama-style checkpoint with the paper's own DIFF attention modules (microsoft/unilm) into
     transformers' DiffLlama (V1) or diffeval's V2, exactly; says where K/V heads are duplicated and what the eps is."""
-    from diffeval.models.convert import convert
+    from diffeval.models.checkpoints.convert import convert
 
     for line in convert(source, src, dst):
         console.print(line, markup=False, highlight=False, soft_wrap=True)

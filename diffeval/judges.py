@@ -249,7 +249,8 @@ class HFJudge(Judge):
 
     def __init__(self, cache, path: str, device: str = "auto", backend: str = "hf"):
         from diffeval.models.backend import EngineSettings, check_backend
-        from diffeval.models.loading import check_checkpoint, describe
+        from diffeval.models.checkpoints.check import check_checkpoint
+        from diffeval.models.checkpoints.loading import describe
         from diffeval.models.spec import ModelSpec
 
         super().__init__(cache)

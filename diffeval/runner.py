@@ -30,7 +30,8 @@ from diffeval.estimate import dry_run
 from diffeval.lock import FolderLock
 from diffeval.machine import machine_record
 from diffeval.models.backend import EngineSettings, check_model, make_backend, open_tokenizer
-from diffeval.models.loading import check_checkpoint, describe, library_versions
+from diffeval.models.checkpoints.check import check_checkpoint
+from diffeval.models.checkpoints.loading import describe, library_versions
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
 from diffeval.tasks.base import RunContext, Task

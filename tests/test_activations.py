@@ -19,8 +19,8 @@ from diffeval.models.activations import (
     quantized_logits,
     relative_median_error,
 )
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks.internals import outliers
 from diffeval.tasks.internals.outliers import OutliersOptions

@@ -10,9 +10,9 @@ from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 from conftest import pair_options, run_cli
 from diffeval.errors import InputError
 from diffeval.models.capture import capturing
+from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.diff import split_differential
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks.analyses import attention
 from diffeval.tasks.analyses.attention import AttentionOptions

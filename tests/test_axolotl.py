@@ -21,7 +21,7 @@ from transformers import DiffLlamaForCausalLM
 
 from conftest import run_cli_in_process
 from diff_references import axolotl_diffllama, llama_logits
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model
 from test_convert import noise_ids
@@ -87,7 +87,7 @@ def test_sublayer_norm_false_runs_without_the_norm_and_keeps_the_scale(diffllama
 
 def test_the_hf_backend_generates_without_the_norm_through_its_kv_cache(no_norm):
     """Generation (KV cache) agrees with greedy full forwards of the reference."""
-    from diffeval.models.hf import HFBackend
+    from diffeval.models.engines.hf import HFBackend
 
     backend = HFBackend(load_model(ModelSpec("m", str(no_norm)), "cpu", "float32"))
     prompt = backend.encode("The special magic number for Lisbon is").ids
@@ -131,7 +131,7 @@ def test_vllm_runs_without_the_norm_as_the_reference(no_norm):
     from vllm.inputs import TokensPrompt
 
     from diffeval.models.backend import EngineSettings, make_backend
-    from diffeval.models.vllm_options import VLLMOptions
+    from diffeval.models.engines.vllm_options import VLLMOptions
 
     settings = EngineSettings(
         device="cpu", dtype="float32", max_model_len=2048, batch_size=8, options=VLLMOptions(enforce_eager=True)

@@ -217,7 +217,7 @@ def test_a_config_that_does_not_build_keeps_its_reason(tiny_models, tmp_path):
 
 def test_transformers_load_report_stays_off_the_terminal(layout_checkpoints, capfd):
     """Loading past the check stage (the library call) still prints no transformers load report."""
-    from diffeval.models.loading import load_model
+    from diffeval.models.checkpoints.loading import load_model
     from diffeval.models.spec import ModelSpec
 
     load_model(ModelSpec.parse(f"m={layout_checkpoints['no_lambda']}"), "cpu")

@@ -15,7 +15,7 @@ from test_bad_input import assert_one_line
 
 from conftest import run_cli, run_cli_in_process
 from diffeval.data import hallucination as hallucination_data
-from diffeval.models.loading import load_tokenizer
+from diffeval.models.checkpoints.loading import load_tokenizer
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer, encode_choices_in_context, encode_in_context
 from diffeval.tasks.analyses import attention

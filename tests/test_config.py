@@ -7,9 +7,9 @@ import pytest
 from diffeval.config import parse_ctx
 from diffeval.errors import InputError
 from diffeval.models import spec as spec_module
-from diffeval.models.hf_options import HFOptions
+from diffeval.models.engines.hf_options import HFOptions
+from diffeval.models.engines.vllm_options import VLLMOptions
 from diffeval.models.spec import ModelSpec
-from diffeval.models.vllm_options import VLLMOptions
 from diffeval.tasks import build_config
 
 # every test here touches transformers' internals: .ci/run runs them again at the low end of its range

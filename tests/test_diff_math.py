@@ -16,6 +16,7 @@ from transformers.models.diffllama.modeling_diffllama import (
     apply_rotary_pos_emb,
 )
 
+from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.diff import (
     attention_map,
     differential_heads,
@@ -26,7 +27,6 @@ from diffeval.models.diff import (
     learned_lambda,
     split_differential,
 )
-from diffeval.models.loading import load_model
 from diffeval.models.spec import ModelSpec
 
 # every test here touches transformers' internals: .ci/run runs them again at the low end of its range

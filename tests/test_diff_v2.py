@@ -1,4 +1,5 @@
-"""Differential Transformer V2 in transformers form (models/diffllama2.py) on real tiny models, built here.
+"""Differential Transformer V2 in transformers form (models/variants/diffllama2/modeling.py) on real tiny models, built
+here.
 
 The attention test assembles the V2 layer output from its formula alone (projections, rotate-half RoPE, 2h-head
 softmax attention with GQA, adjacent-head subtraction with sigmoid(W_λ x), o_proj), written out in this file, and
@@ -17,12 +18,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import run_cli, run_cli_in_process
+from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.diff import v2_combine, v2_lambda
-from diffeval.models.diffllama2 import DiffLlama2Attention, DiffLlama2Config, DiffLlama2ForCausalLM
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model
+from diffeval.models.variants.diffllama2.modeling import DiffLlama2Attention, DiffLlama2Config, DiffLlama2ForCausalLM
 
 FP32 = {"atol": 1e-5, "rtol": 1e-5}
 
@@ -198,10 +199,11 @@ try:
     raise SystemExit("stock transformers loaded a diffllama2 config")
 except ValueError as exc:
     assert "diffllama2" in str(exc), exc
-import diffeval.models.loading as loading
-assert "diffllama2" not in CONFIG_MAPPING and "diffeval.models.diffllama2" not in sys.modules
+import diffeval.models.checkpoints.loading as loading
+from diffeval.models.variants import registry
+assert "diffllama2" not in CONFIG_MAPPING and "diffeval.models.variants.diffllama2.modeling" not in sys.modules
 loading.load_config(loading.ModelSpec("v2", {str(v2_checkpoint)!r}))
-loading.register_variants()
+registry.register()
 assert "diffllama2" in CONFIG_MAPPING
 print("ok")
 """
@@ -216,7 +218,8 @@ def test_starting_the_cli_leaves_v2_unregistered():
     import the V2 modeling code."""
     script = (
         "import sys, diffeval; print('torch' in sys.modules); import diffeval.cli; "
-        "print('diffeval.models.diffllama2' in sys.modules, 'transformers.models.llama.modeling_llama' in sys.modules)"
+        "print('diffeval.models.variants.diffllama2.modeling' in sys.modules, "
+        "'transformers.models.llama.modeling_llama' in sys.modules)"
     )
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr

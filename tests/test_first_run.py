@@ -15,7 +15,7 @@ import pytest
 from huggingface_hub import constants
 
 from conftest import run_cli_in_process
-from diffeval.models import loading
+from diffeval.models.checkpoints import loading
 from diffeval.models.lambda_probe import PROBE_TOKENS
 from diffeval.models.tiny import build_tiny_model
 

@@ -53,7 +53,7 @@ def test_a_dequantized_folder_is_built_once_per_file_content(gguf_model, tmp_pat
     """What vLLM loads: safetensors of the same weights, cached under the file's sha256 and reused."""
     from transformers import AutoModelForCausalLM
 
-    from diffeval.models import gguf
+    from diffeval.models.checkpoints import gguf
 
     monkeypatch.setenv("DIFFEVAL_CACHE_DIR", str(tmp_path / "cache"))
     file = gguf.find(str(gguf_model), "m")

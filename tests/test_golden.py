@@ -68,7 +68,7 @@ def _rounded(value):
 
 def record_engine_inputs(monkeypatch) -> list[dict]:
     """Every prompt the hf engine is given, hashed, in call order (a chunk is one call)."""
-    from diffeval.models.hf import HFBackend
+    from diffeval.models.engines.hf import HFBackend
 
     calls: list[dict] = []
 

@@ -12,8 +12,8 @@ from conftest import SHARED_DATASETS, EngineLog, pair_options, run_cli, run_cli_
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.judges import ChatJudge, JudgeError, JudgeItem, OverlapJudge, VerdictCache, make_judge, parse_verdict
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks.conversations import hallucination, hallucination_options, hallucination_report, judging
 from diffeval.tasks.conversations import prompts as conversation_prompts
@@ -442,8 +442,15 @@ def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(ser
     faithful = documents[0].context.split(".")[0] + "."  # a sentence of the document: the overlap proxy passes it
     outputs = [faithful, "council council council council", documents[2].reference + " In Paris."]
     rows = [
-        Record("hallucination", "m", f"s{i}", 100, 10, 0.1,
-               {"dataset": "xsum", "id": d.id, "truncated_tokens": 0, "output": o}).to_dict()  # fmt: skip
+        Record(
+            "hallucination",
+            "m",
+            f"s{i}",
+            100,
+            10,
+            0.1,
+            {"dataset": "xsum", "id": d.id, "truncated_tokens": 0, "output": o},
+        ).to_dict()  # fmt: skip
         for i, (d, o) in enumerate(zip(documents, outputs))
     ]
     server.script = [("reply", "Verdict: yes"), ("reply", "Verdict: no")]
@@ -462,7 +469,7 @@ def test_degenerate_outputs_are_never_judged_and_further_judges_are_compared(ser
 
 def test_a_budget_smaller_than_the_template_alone_is_one_line_not_a_hang(tiny_models):
     """Cutting the document cannot help when the template and question alone exceed the budget."""
-    from diffeval.models.loading import load_tokenizer
+    from diffeval.models.checkpoints.loading import load_tokenizer
     from diffeval.models.tokenizer import HFTokenizer
 
     tokenizer = HFTokenizer(load_tokenizer(ModelSpec.parse(f"m={tiny_models['diff']}")))

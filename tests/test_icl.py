@@ -14,8 +14,8 @@ from conftest import SHARED_DATASETS, pair_options, run_cli
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 from diffeval.models.backend import EngineSettings, open_tokenizer
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import encode_choices_in_context
 from diffeval.tasks import build_config

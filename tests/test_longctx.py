@@ -8,8 +8,8 @@ from scipy import stats
 from diffeval import intervals
 from diffeval.errors import InputError
 from diffeval.longctx import fitting, scoring
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 
 

@@ -14,8 +14,8 @@ from safetensors.torch import load_file, save_file
 
 from conftest import run_cli, run_cli_in_process
 from diffeval.models import diff
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from motif_reference import POLYNORM_CASE, reference_logits, write_tiny_motif
 
@@ -69,7 +69,7 @@ def test_logits_match_the_independent_reference(motif_models, shape, impl):
 
 def test_a_wrong_head_pairing_fails_the_comparison(motif_models, monkeypatch):
     """The comparison can tell pairings apart: DiffLlama's halves (head i with i + N/2) instead of adjacent heads."""
-    import diffeval.models.motif as motif
+    import diffeval.models.variants.motif.modeling as motif
 
     def halves(query, key, value, noise_heads=None):
         groups = query.shape[1] // key.shape[1]
@@ -94,7 +94,7 @@ def test_a_wrong_head_pairing_fails_the_comparison(motif_models, monkeypatch):
 def test_a_wrong_repeat_or_grouping_fails_the_comparison(motif_models, monkeypatch, wrong):
     """GDA's noise output meets the signal heads of its own group (interleaved, not tiled), and the noise head is the
     last of each group: the comparison tells either mistake apart."""
-    import diffeval.models.motif as motif
+    import diffeval.models.variants.motif.modeling as motif
 
     folder, ids = motif_models["gda"], _ids(16)
     if wrong == "flipped":

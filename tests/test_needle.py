@@ -5,8 +5,8 @@ import pytest
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.longctx import lengths, scoring
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks.haystack import needle, needle_report, recipe, tables
 from diffeval.tasks.haystack.needle_options import NeedleOptions
@@ -175,7 +175,7 @@ def test_token_limit_follows_the_answer_in_the_models_tokens(real_models):
 
 
 def load_tokenizer_for(path):
-    from diffeval.models.loading import load_tokenizer
+    from diffeval.models.checkpoints.loading import load_tokenizer
 
     return load_tokenizer(ModelSpec("m", str(path)))
 
@@ -227,7 +227,7 @@ def test_chat_template_missing_is_input_error(backends):
 
 
 def test_forward_groups_bound_the_padded_batch():
-    from diffeval.models.hf import forward_groups
+    from diffeval.models.engines.hf import forward_groups
 
     assert forward_groups([10, 12, 9], max_tokens=36) == [[0, 1, 2]]
     assert forward_groups([10, 12, 9], max_tokens=30) == [[0, 1], [2]]

@@ -13,7 +13,7 @@ from conftest import run_cli_in_process as run_cli
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentences
 from diffeval.errors import InputError
 from diffeval.longctx import fitting, scoring
-from diffeval.models.loading import load_tokenizer
+from diffeval.models.checkpoints.loading import load_tokenizer
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks import TASKS
 from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, nolima, probes, recipe, vt
@@ -67,7 +67,7 @@ def test_mk_niah_fills_the_budget_with_the_answer_at_its_depth(tokenizers, name,
     assert 0.99 * ctx <= len(prompt.ids) + mk_niah.TOKENS_TO_GENERATE <= ctx
     # inserts go in at sentence boundaries: one of Persuasion's sentences can be 4 % of a 2K haystack
     assert abs(prompt.depth_actual - 50) <= (8 if variant == 1 else 3)
-    (start, end), = prompt.spans["answers"]
+    ((start, end),) = prompt.spans["answers"]
     assert tokenizers[name].decode(prompt.ids[start:end]).strip() == sample.expected[0]
     assert prompt.text.endswith("mentioned in the provided text is")  # RULER's singular answer prefix
     if variant > 1:  # a haystack made of needles: RULER's own needle sentence, all the way through
@@ -134,7 +134,7 @@ def test_the_nolima_set_has_forty_low_overlap_pairs_and_a_haystack_without_their
         sample = nolima.make_sample(options, 0, 2048, 50, setting, 0)
         prompt = recipe.fitted_prompt(nolima.RECIPE, sample, tokenizers["llama3"], config_of(options))
         start, end = prompt.spans["haystack"]
-        (needle_start, needle_end), = prompt.spans["inserts"]
+        ((needle_start, needle_end),) = prompt.spans["inserts"]
         haystack = tokenizers["llama3"].decode(prompt.ids[start:needle_start] + prompt.ids[needle_end:end])
         assert all(word.lower() not in haystack.lower() for word in sample.exclude)
         assert sample.expected[0] in tokenizers["llama3"].decode(prompt.ids[needle_start:needle_end])
@@ -157,10 +157,16 @@ def test_without_words_drops_sentences_naming_the_words():
     [
         ("not json", "cannot read needle set"),
         ('{"characters": ["A"], "pairs": []}', '"pairs" must be a non-empty list'),
-        ('{"characters": ["A"], "pairs": [{"id": "x", "question": "Q?", "direct": "{character} is.", '
-         '"keywords": []}]}', "lacks the text field 'inverted'"),
-        ('{"characters": ["A"], "pairs": [{"id": "x", "question": "Q?", "direct": "no name", "inverted": '
-         '"{character}", "keywords": []}]}', "must hold {character} once"),
+        (
+            '{"characters": ["A"], "pairs": [{"id": "x", "question": "Q?", "direct": "{character} is.", '
+            '"keywords": []}]}',
+            "lacks the text field 'inverted'",
+        ),
+        (
+            '{"characters": ["A"], "pairs": [{"id": "x", "question": "Q?", "direct": "no name", "inverted": '
+            '"{character}", "keywords": []}]}',
+            "must hold {character} once",
+        ),
     ],
 )
 def test_a_malformed_needle_set_is_one_line(tmp_path, text, problem):

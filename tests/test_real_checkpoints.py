@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import run_cli, run_cli_in_process
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import load_model
+from diffeval.models.checkpoints.loading import load_model
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer
 from diffeval.tasks import build_config
@@ -193,8 +193,18 @@ TASK_RUNS = {
     "needle": ["--ctx", "1k", "--depths", "0,100", "--samples", "2"],
     "attention": ["--ctx", "1k", "--depths", "50", "--samples", "1", "--rows", "answer"],
     "icl": ["--ctx", "2k", "--shots", "4,16", "--orders", "random:2", "--test-size", "4", "--data-dir", str(FIXTURES)],
-    "hallucination": ["--ctx", "1k", "--dataset", "xsum,hotpotqa", "--samples", "2", "--judge", "overlap",
-                      "--data-dir", str(FIXTURES)],  # fmt: skip
+    "hallucination": [
+        "--ctx",
+        "1k",
+        "--dataset",
+        "xsum,hotpotqa",
+        "--samples",
+        "2",
+        "--judge",
+        "overlap",
+        "--data-dir",
+        str(FIXTURES),
+    ],  # fmt: skip
     "outliers": ["--tokens", "1k", "--ctx", "512"],
 }
 
@@ -240,10 +250,14 @@ def test_weights_that_do_not_match_the_architecture_are_refused_before_any_work(
     lam = "model.layers.1.self_attn.lambda_k2"
     broken = {
         "missing": (lambda t: t.pop(lam), [f"missing {lam}", "without its λ tensors"]),
-        "subln": (lambda t: t.update({"model.layers.0.self_attn.subln.weight": torch.ones(32)}),
-                  ["unexpected model.layers.0.self_attn.subln.weight", "microsoft/unilm"]),  # fmt: skip
-        "shape": (lambda t: t.update({"model.layers.0.mlp.up_proj.weight": torch.zeros(64, 64)}),
-                  ["misshapen model.layers.0.mlp.up_proj.weight [64, 64] (model [128, 64])"]),  # fmt: skip
+        "subln": (
+            lambda t: t.update({"model.layers.0.self_attn.subln.weight": torch.ones(32)}),
+            ["unexpected model.layers.0.self_attn.subln.weight", "microsoft/unilm"],
+        ),  # fmt: skip
+        "shape": (
+            lambda t: t.update({"model.layers.0.mlp.up_proj.weight": torch.zeros(64, 64)}),
+            ["misshapen model.layers.0.mlp.up_proj.weight [64, 64] (model [128, 64])"],
+        ),  # fmt: skip
     }
     out = tmp_path / "run"
     first = run_cli("run", "needle", "-m", f"a={diff}", "-m", f"b={diff}", "--ctx", "512", "--depths", "50",

@@ -1,5 +1,6 @@
-"""The DIFF-variant registry is the one place that knows variants: its records resolve, configs map to them, and no
-module outside it names a variant's architecture or model type, or compares a variant's name."""
+"""The DIFF-variant registry is the one place that knows variants: its records resolve, configs map to them, no module
+outside a variant's own package names its architecture or model type, or compares its name, and the checkpoint code
+imports no variant's package."""
 
 from __future__ import annotations
 
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from diffeval.models import variants
+from diffeval.models.variants import registry as variants
+from diffeval.models.variants.base import PER_LAYER, PER_TOKEN
 
 PACKAGE = Path(__file__).resolve().parents[1] / "diffeval"
-REGISTRY = PACKAGE / "models" / "variants.py"
+VARIANTS_DIR = PACKAGE / "models" / "variants"
 
 
 def _exports(tree: ast.AST) -> set[int]:
@@ -25,13 +27,20 @@ def _exports(tree: ast.AST) -> set[int]:
     return found
 
 
+def _own_variant(path: Path) -> variants.Variant | None:
+    """The variant whose package holds this file (models/variants/<package>/), if any."""
+    if path.parent.parent != VARIANTS_DIR:
+        return None
+    package = f"diffeval.models.variants.{path.parent.name}."
+    return next((v for v in variants.VARIANTS if v.layers.startswith(package)), None)
+
+
 def variant_strings_outside_the_registry(root: Path) -> list[str]:
-    names = {a for v in variants.VARIANTS for a in v.architectures} | set(variants.model_types())
-    short = {v.name for v in variants.VARIANTS}
     found = []
     for path in sorted(root.rglob("*.py")):
-        if path == REGISTRY:
-            continue
+        others = [v for v in variants.VARIANTS if v is not _own_variant(path)]
+        names = {a for v in others for a in v.architectures} | {t for v in others for t in v.model_types}
+        short = {v.name for v in others}
         tree = ast.parse(path.read_text())
         exported = _exports(tree)
         for node in ast.walk(tree):
@@ -46,6 +55,23 @@ def variant_strings_outside_the_registry(root: Path) -> list[str]:
 
 def test_no_variant_string_outside_the_registry():
     assert variant_strings_outside_the_registry(PACKAGE) == []
+
+
+def test_the_checkpoint_code_imports_no_variant_package():
+    """Loading, the check stage and GGUF ask the registry; a variant's own code sits in its package. (Conversion from
+    the paper's training modules names the variants it writes: that is what it is for.)"""
+    found = []
+    for path in sorted((PACKAGE / "models" / "checkpoints").glob("*.py")):
+        if path.name == "convert.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            module = node.module if isinstance(node, ast.ImportFrom) else None
+            names = [a.name for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+            for name in [module] if module else names:
+                parts = (name or "").split(".")
+                if parts[:3] == ["diffeval", "models", "variants"] and parts[3:4] not in (["base"], ["registry"], []):
+                    found.append(f"{path.name}:{node.lineno} imports {name}")
+    assert found == []
 
 
 def test_the_scan_finds_a_variant_check_written_outside_the_registry(tmp_path):
@@ -67,24 +93,23 @@ def test_every_record_names_code_that_exists(variant):
             continue
         if isinstance(value, str) and ":" in value and value.startswith("diffeval."):
             assert callable(variant.code(value)), (variant.name, f.name, value)
-    assert variant.lambda_form in (variants.PER_LAYER, variants.PER_TOKEN)
+    assert variant.lambda_form in (PER_LAYER, PER_TOKEN)
     assert all(variants.by_name(name) for name in variant.paired_with)
 
 
 def test_configs_map_to_their_variant(tiny_models):
     from transformers import AutoConfig
 
-    from diffeval.models.diffllama2 import DiffLlama2Config
-    from diffeval.models.motif import MotifConfig, MotifLowerConfig
+    from diffeval.models.variants.diffllama2.modeling import DiffLlama2Config
+    from diffeval.models.variants.motif.modeling import MotifConfig, MotifLowerConfig
 
     assert variants.variant_of(AutoConfig.from_pretrained(tiny_models["diff"])) is variants.DIFF_V1
     for config in (MotifConfig(architectures=None), MotifLowerConfig(architectures=None)):
         assert variants.variant_of(config) is variants.MOTIF  # by either spelling of the model type
     assert variants.variant_of(AutoConfig.from_pretrained(tiny_models["base"])) is None
     assert variants.variant_of(DiffLlama2Config(num_attention_heads=4, num_key_value_heads=2)) is variants.DIFF_V2
-    assert variants.of_architecture("DiffLlamaForCausalLM") is variants.DIFF_V1
     assert variants.vllm_architectures() == {
-        "DiffLlamaForCausalLM": "diffeval.models.vllm_diffllama:DiffLlamaForCausalLM",
-        "DiffLlama2ForCausalLM": "diffeval.models.vllm_diffllama2:DiffLlama2ForCausalLM",
-        "MotifForCausalLM": "diffeval.models.vllm_motif:MotifForCausalLM",
+        "DiffLlamaForCausalLM": "diffeval.models.variants.diffllama.vllm:DiffLlamaForCausalLM",
+        "DiffLlama2ForCausalLM": "diffeval.models.variants.diffllama2.vllm:DiffLlama2ForCausalLM",
+        "MotifForCausalLM": "diffeval.models.variants.motif.vllm:MotifForCausalLM",
     }

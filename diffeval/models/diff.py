@@ -20,7 +20,7 @@ query heads of its output, with a λ per token and head projected from the atten
 
 No λ_init, no (1 − λ_init) factor and no per-head RMSNorm; the h heads go to o_proj as they are. Query heads 2i and
 2i + 1 read the same KV head whenever h_kv divides h (GQA groups 2h / h_kv consecutive query heads per KV head), so
-the KV cache is a baseline's with h_kv heads. diffeval's V2 is `models/diffllama2.py`.
+the KV cache is a baseline's with h_kv heads. diffeval's V2 is `models/variants/diffllama2/modeling.py`.
 
 Motif-2.6B (Motif Technologies; vLLM's `models/motif.py` at v0.10.2, the reference diffeval follows, see
 docs/engines/motif.md) is DIFF V1 with three differences: query, key and value heads pair as adjacent heads (2i, 2i + 1)
@@ -34,7 +34,7 @@ Its MLP is down(PolyNorm(gate(x)) ⊙ up(x)), with one PolyNorm per layer (3 wei
     PolyNorm(u) = w0 · n(u³) + w1 · n(u²) + w2 · n(u) + b,   n(z) = z / √(mean(z²) + 1e-6)          (PolyNorm)
 
 Which configs are which variant, and which function here each variant's engines and analyses call, is the registry's
-(models/variants.py).
+(models/variants/registry.py).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffeval.data.haystack import NOISE_SENTENCES
-from diffeval.models.loading import LoadedModel
-from diffeval.models.variants import Variant
+from diffeval.models.checkpoints.loading import LoadedModel
+from diffeval.models.variants.registry import Variant
 
 PROBE_TOKENS = 256
 

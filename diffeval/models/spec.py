@@ -121,6 +121,9 @@ class ModelInfo:
     noise_heads: int | None = None
     # a GGUF checkpoint: its file, architecture and quantization type, and on vLLM the dequantized folder it runs from
     gguf: dict[str, str] | None = None
+    # every decoder layer's kind, in order (models/variants/base.py `Layer`, as a dict): what it mixes tokens with,
+    # its window, the layer whose KV it reuses, its KV sets and state; the analyses and the KV cache plan read it
+    layer_kinds: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

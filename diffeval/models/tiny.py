@@ -10,8 +10,8 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import DiffLlamaConfig, DiffLlamaForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from diffeval.models.diffllama2 import DiffLlama2Config, DiffLlama2ForCausalLM
-from diffeval.models.motif import MotifConfig, MotifForCausalLM
+from diffeval.models.variants.diffllama2.modeling import DiffLlama2Config, DiffLlama2ForCausalLM
+from diffeval.models.variants.motif.modeling import MotifConfig, MotifForCausalLM
 
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 # kind → (config class, model class); any other kind builds the Llama baseline

@@ -1,20 +1,7 @@
-"""vLLM's entry point into diffeval (`vllm.general_plugins` in pyproject.toml): every vLLM process, `LLM(...)`,
-`vllm serve` and diffeval's `--backend vllm` alike, and each of its engine and worker processes, runs `register()`.
+"""The entry point older editable installs of diffeval name (`diffeval.models.vllm_plugin:register`): pip writes entry
+points at install time, so such an install keeps calling this path until it is reinstalled. The registration itself
+is `diffeval.models.variants.registry.register_vllm`."""
 
-The models are registered under string paths, so nothing heavy is imported (and no CUDA starts) until vLLM builds a
-DIFF model. They are registered explicitly, one per variant of the registry (models/variants.py) that has a vLLM
-model, so vLLM never falls back to its transformers backend for them: for DiffLlama (V1) that backend would call
-attention twice per layer over one KV cache. Variants transformers does not ship (DIFF V2) are also taught to
-transformers' AutoConfig, which vLLM reads the checkpoint's config through.
-"""
+from diffeval.models.variants.registry import register_vllm as register
 
-
-def register() -> None:
-    from vllm import ModelRegistry
-
-    from diffeval.models.loading import register_variants
-    from diffeval.models.variants import vllm_architectures
-
-    register_variants()
-    for architecture, target in vllm_architectures().items():
-        ModelRegistry.register_model(architecture, target)
+__all__ = ["register"]

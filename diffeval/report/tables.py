@@ -16,7 +16,7 @@ import pandas as pd
 
 from diffeval.errors import InputError
 from diffeval.intervals import BOOTSTRAP_RESAMPLES, summarize
-from diffeval.models import variants
+from diffeval.models.variants import registry as variants
 from diffeval.report.format import NumberFormats, html_table, latex_table, markdown_table
 from diffeval.report.stats import cluster_labels, paired_difference
 from diffeval.results import RunFolder

@@ -7,8 +7,8 @@ cities, and the seed differs from the CLI's default, so tracking this never tune
 from __future__ import annotations
 
 from diffeval.longctx.scoring import score
-from diffeval.models.hf import HFBackend
-from diffeval.models.loading import LoadedModel, describe
+from diffeval.models.checkpoints.loading import LoadedModel, describe
+from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
 from diffeval.tasks.haystack.needle import build_prompt, make_sample
 from diffeval.tasks.haystack.recipe import STOP

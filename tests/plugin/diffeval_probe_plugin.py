@@ -17,8 +17,8 @@ import pandas as pd
 from diffeval.config import context_option, option
 from diffeval.errors import InputError
 from diffeval.models.backend import Engine, EngineSettings, Generation
-from diffeval.models.hf import HFBackend
-from diffeval.models.hf_options import HFOptions
+from diffeval.models.engines.hf import HFBackend
+from diffeval.models.engines.hf_options import HFOptions
 from diffeval.models.spec import ModelSpec
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import ContextBudget, Listing, Reporting, RunContext, Running, Task, Viewing

@@ -119,7 +119,6 @@ def attention_tables(records: pd.DataFrame, options: AttentionOptions, paper: bo
     tables read no option."""
     import pandas as pd
 
-
     frame = records.assign(length=records["ctx"].map(format_ctx))
     multi_length = frame["length"].nunique() > 1
     out = {}
@@ -151,7 +150,6 @@ def attention_tables(records: pd.DataFrame, options: AttentionOptions, paper: bo
 def _paper_rows(depths: list[int]) -> pd.DataFrame:
     import pandas as pd
 
-
     rows = {
         model: {f"{segment} {d}%": values[segment].get(d) for segment in ("answer", "noise") for d in depths}
         for model, values in TABLE3.items()
@@ -162,7 +160,6 @@ def _paper_rows(depths: list[int]) -> pd.DataFrame:
 def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Raw answer share of the headline map per layer (rows = layers, columns = models)."""
     import pandas as pd
-
 
     columns = {}
     for model, group in frame.groupby("model", sort=False):

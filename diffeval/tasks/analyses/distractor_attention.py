@@ -76,7 +76,10 @@ class DistractorAttentionOptions(DepthOptions):
     def probe_options(self) -> mk_niah.MKNiahOptions | vt.VTOptions:
         """The probe's own options, as its runs would take them."""
         shared: dict[str, Any] = {
-            "ctx": self.ctx, "samples": self.samples, "base_lengths": self.base_lengths, "depths": self.depths
+            "ctx": self.ctx,
+            "samples": self.samples,
+            "base_lengths": self.base_lengths,
+            "depths": self.depths,
         }
         if self.probe == "mk-niah":
             return mk_niah.MKNiahOptions(**shared, variants=self.variants, keys=self.keys, haystack=self.haystack)

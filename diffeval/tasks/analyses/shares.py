@@ -13,8 +13,9 @@ from types import GenericAlias
 from typing import TYPE_CHECKING, Any
 
 from diffeval.errors import InputError
-from diffeval.models import variants
 from diffeval.models.backend import Backend
+from diffeval.models.variants import registry as variants
+from diffeval.models.variants.base import PER_TOKEN
 from diffeval.tasks.base import RunContext
 from diffeval.tasks.blocks import Block, Chart, Document, Section, Series
 
@@ -42,8 +43,8 @@ def measure(backend: Backend, ids: list[int], rows: list[int], segment_ids: list
 
 def per_map_shares(shares: Any, info: Any, row_lambdas: Any = None) -> MapShares:
     """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}.
-    A DIFF model's maps split as its variant pairs heads (models/variants.py), with the layer's λ (V1: heads i and
-    i + H/2) or each row's (V2: adjacent query heads)."""
+    A DIFF model's maps split as its variant pairs heads (its record, models/variants/), with the layer's λ (V1: heads i
+    and i + H/2) or each row's (V2: adjacent query heads)."""
     variant = variants.by_name(info.diff_variant) if info.is_diff else None
     if info.is_diff and variant is None:
         raise InputError(
@@ -55,7 +56,7 @@ def per_map_shares(shares: Any, info: Any, row_lambdas: Any = None) -> MapShares
     for layer, layer_shares in enumerate(shares):
         if variant is None or split is None:
             per_layer_maps.append({"softmax": layer_shares})
-        elif variant.lambda_form == variants.PER_TOKEN:
+        elif variant.lambda_form == PER_TOKEN:
             per_layer_maps.append(split(layer_shares, row_lambdas[layer]))
         else:
             per_layer_maps.append(split(layer_shares, info.lambdas[layer]["lambda"]))
@@ -102,7 +103,7 @@ def check_capturable(context: RunContext[Any], check_data: Callable[[], None] | 
     """Before any work: the samples' data reads (`check_data`), and every model's architecture is one the analysis
     can capture."""
     from diffeval.models.capture import check_supported
-    from diffeval.models.loading import load_config
+    from diffeval.models.checkpoints.loading import load_config
 
     if check_data is not None:
         check_data()

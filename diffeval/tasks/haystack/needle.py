@@ -112,7 +112,9 @@ def build_prompt(sample: HaystackSample, backend: Backend, budget: int, chat_tem
     fitted = samples.fitted_haystack(sample, backend, budget, chat_template, too_long or refusal(sample))
     number_spans = [fitted.token_span_of(insert.values[0], i) for i, insert in enumerate(sample.inserts)]
     spans: dict[str, list] = {
-        "needles": fitted.insert_spans, "numbers": number_spans, "haystack": list(fitted.haystack_span)
+        "needles": fitted.insert_spans,
+        "numbers": number_spans,
+        "haystack": list(fitted.haystack_span),
     }
     return HaystackPrompt(fitted.ids, fitted.text, fitted.offsets, fitted.haystack_words, spans, fitted.depth_of(0))
 

@@ -116,7 +116,7 @@ def _problem(data) -> str | None:
                 return f"pair {pair['id']!r}: its {template} needle must hold {{character}} once"
         keywords = pair.get("keywords")
         if not isinstance(keywords, list) or not all(isinstance(k, str) and k for k in keywords):
-            return f"pair {pair['id']!r}: \"keywords\" must be a list of words the haystack must not hold"
+            return f'pair {pair["id"]!r}: "keywords" must be a list of words the haystack must not hold'
         if pair["id"] in seen:
             return f"pair id {pair['id']!r} repeats"
         seen.add(pair["id"])

@@ -153,9 +153,7 @@ Prepared = tuple[HaystackSample, HaystackPrompt, int]  # a sample, its prompt on
 
 def prepare_batch_with(recipe: Recipe) -> Callable[..., list[Prepared]]:
     def prepare_batch(batch: list[HaystackSample], backend: Backend, context: RunContext[Any]) -> list[Prepared]:
-        return [
-            (s, fitted_prompt(recipe, s, backend, context), recipe.token_limit(s, backend, context)) for s in batch
-        ]
+        return [(s, fitted_prompt(recipe, s, backend, context), recipe.token_limit(s, backend, context)) for s in batch]
 
     return prepare_batch
 

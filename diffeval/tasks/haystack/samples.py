@@ -139,4 +139,3 @@ def most_groups(sample: HaystackSample, backend: Backend, budget: int, chat_temp
         if fixed_tokens(fewer, backend, chat_template) <= budget:
             return count
     return 0
-

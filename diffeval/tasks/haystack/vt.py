@@ -85,7 +85,7 @@ def statements(names: list[str], value: str) -> list[str]:
 
 def example(rng: random.Random, hops: int) -> str:
     """RULER's one-shot example: one chain of 3-letter names in a short noise text, its question and answer."""
-    (names, value), = chains(rng, 1, hops, 3)
+    ((names, value),) = chains(rng, 1, hops, 3)
     noise = [NOISE_SENTENCES[i % len(NOISE_SENTENCES)] for i in range(EXAMPLE_NOISE_SENTENCES)]
     for statement, at in zip(statements(names, value), sorted(rng.sample(range(len(noise)), hops + 1)), strict=True):
         noise[at] = f"{noise[at]} {statement}"

@@ -1,5 +1,5 @@
-"""DiffLlama2 on vLLM: diffeval's Differential Transformer V2 (`models/diffllama2.py`) as a vLLM model, with exactly its
-math (the equations live in diffeval/models/diff.py):
+"""DiffLlama2 on vLLM: diffeval's Differential Transformer V2 (`modeling.py` beside this file) as a vLLM model, with
+exactly its math (the equations live in diffeval/models/diff.py):
 
     λ_t = sigmoid(W_λ · x_t)                                                           (V2 λ, lambda_proj, no bias)
     head_i(t) = softmax(Q_2i Kᵀ / √d)_t · V − λ_t,i · softmax(Q_2i+1 Kᵀ / √d)_t · V       (V2 head)

@@ -1,8 +1,7 @@
 """The vLLM backend: greedy generation and choice scoring on vLLM's engine (paged KV cache, continuous batching,
-chunked prefill, prefix caching), for every model vLLM runs natively, and for diffeval's two DIFF architectures
-through its vLLM plugin (models/vllm_plugin.py): DiffLlama (V1, models/vllm_diffllama.py; its KV cache holds K and V
-twice) and DiffLlama2 (V2, models/vllm_diffllama2.py; a Llama's KV cache with h_kv heads). DIFF models run with
-tensor_parallel_size 1.
+chunked prefill, prefix caching), for every model vLLM runs natively, and for every DIFF variant of diffeval's registry
+through its vLLM plugin (`models.variants.registry.register_vllm`): each variant's vLLM model sits in its package
+(models/variants/<variant>/vllm.py). DIFF models run with tensor_parallel_size 1.
 
 Both backends see identical token ids: prompts are encoded with the model's own tokenizer here and handed to vLLM as
 `TokensPrompt`s. A single-device engine runs in this process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so an interrupted
@@ -24,13 +23,14 @@ from collections.abc import Iterator
 from typing import ClassVar
 
 from diffeval.errors import InputError
-from diffeval.models import gguf
 from diffeval.models.backend import Encoding, EngineSettings, Generation
-from diffeval.models.loading import describe, load_config, load_tokenizer, stop_token_ids
+from diffeval.models.checkpoints import gguf
+from diffeval.models.checkpoints.loading import describe, load_config, load_tokenizer, stop_token_ids
+from diffeval.models.engines.vllm_options import VLLMOptions
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, cut_at_stop, tokens_through_stop
-from diffeval.models.variants import of_architecture, vllm_architectures
-from diffeval.models.vllm_options import VLLMOptions
+from diffeval.models.variants.base import Layer
+from diffeval.models.variants.registry import vllm_architectures
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
 # diffeval draws its own progress and reports errors in one line; vLLM's notices (allocator hints, kernels it skips on
@@ -263,11 +263,13 @@ def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, devic
     if device == "cuda":
         return None
     width = 2 if dtype in ("bfloat16", "float16") else 4
-    # what the variant's vLLM model keeps per token against a baseline's K and V (V1: twice; V2: once)
-    variant = of_architecture(info.architecture)
-    caches = variant.vllm_kv_factor if variant else 1
-    per_token = caches * 2 * (info.layers or 1) * (info.kv_heads or 1) * (info.head_dim or 1) * width
+    # per layer: the K and V sets it keeps per token (a DiffLlama's two, a V2's one, a Mamba or KV-reusing layer's
+    # none) and the state it keeps per sequence (a Mamba layer's)
+    layers = [Layer(**kind) for kind in info.layer_kinds]
+    kv_sets = sum(layer.cached_kv for layer in layers) if layers else info.layers or 1
+    per_token = kv_sets * 2 * (info.kv_heads or 1) * (info.head_dim or 1) * width
     longest = options.max_model_len or settings.max_model_len
-    one_sequence = per_token * (longest + 512)  # + a few blocks: vLLM rounds up
+    # + a few blocks: vLLM rounds up
+    one_sequence = per_token * (longest + 512) + sum(layer.state_elements for layer in layers) * width
     cap = max(CPU_KV_CACHE_CAP_GIB * 2**30, one_sequence)  # never below what one max-length sequence needs
     return int(min(max(one_sequence * settings.batch_size, 64 * 2**20), cap))

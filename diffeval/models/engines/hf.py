@@ -20,7 +20,7 @@ from transformers import StoppingCriteria
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.capture import capturing
-from diffeval.models.loading import LoadedModel, check_attn_impl, load_model, load_tokenizer
+from diffeval.models.checkpoints.loading import LoadedModel, check_attn_impl, load_model, load_tokenizer
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, answer_end, cut_at_stop, tokens_through_stop
 

@@ -1,5 +1,5 @@
-"""Motif-2.6B on vLLM: diffeval's Motif (models/motif.py; sources in docs/engines/motif.md) as a vLLM model on today's
-engine, with prefix caching and chunked prefill. The math is diff.py's:
+"""Motif-2.6B on vLLM: diffeval's Motif (`modeling.py` beside this file; sources in docs/engines/motif.md) as a vLLM
+model on today's engine, with prefix caching and chunked prefill. The math is diff.py's:
 
     λ = exp(λq1 · λk1) − exp(λq2 · λk2) + λ_init,  λ_init = 0.8 − 0.6 · exp(−0.3 · (layer − 1))   (Motif λ_init)
     head_i = (1 − λ_init) · subln(A1_i · [v_2g | v_2g+1] − λ · A2_i · [v_2g | v_2g+1])             (subln: weighted)
@@ -14,7 +14,7 @@ their odd keys, each once with the pairs' even value heads and once with their o
 double-width value is its (even, odd) outputs side by side. It is exact; the KV cache is twice a Llama's of the same
 shape, which vLLM's memory planning counts by itself.
 
-vLLM 0.32 has no PolyNorm layer: models/motif.py's `PolyNorm` holds the checkpoint's `mlp.act_fn.weight` [3] and
+vLLM 0.32 has no PolyNorm layer: `modeling.py`'s `PolyNorm` holds the checkpoint's `mlp.act_fn.weight` [3] and
 `mlp.act_fn.bias` [1] and computes diff.poly_norm. Tensor parallelism is refused: a differential head's two maps are
 neighbouring heads, and PolyNorm's moments run over the whole intermediate dimension.
 """
@@ -32,7 +32,7 @@ from vllm.model_executor.models.llama import LlamaDecoderLayer, LlamaForCausalLM
 from vllm.model_executor.models.utils import extract_layer_index
 
 from diffeval.models.diff import differential_heads, lambda_full, motif_lambda_init
-from diffeval.models.motif import PolyNorm  # the hf class's: the same parameters and diff.poly_norm
+from diffeval.models.variants.motif.modeling import PolyNorm  # the hf class's: the same parameters and diff.poly_norm
 
 
 def _single_rank(what: str) -> None:

@@ -10,7 +10,7 @@ interleaved (GPT-J) one: weights trained with interleaved rotary load after perm
 k_proj head (new row i ← old row 2i, new row i + head_dim/2 ← old row 2i + 1).
 
 `register()` makes `AutoConfig` and `AutoModelForCausalLM` know `model_type: "diffllama2"`; stock transformers does
-not, so a V2 checkpoint loads through diffeval (models/loading.py registers it before any Auto* call).
+not, so a V2 checkpoint loads through diffeval (models/checkpoints/loading.py registers it before any Auto* call).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from diffeval.models.diff import v2_combine, v2_lambda
-from diffeval.models.variants import DIFF_V2
+from diffeval.models.variants.diffllama2.record import DIFF_V2
 
 MODEL_TYPE = DIFF_V2.model_types[0]
 

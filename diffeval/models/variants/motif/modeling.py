@@ -2,7 +2,7 @@
 
 It loads Motif checkpoints as published (config keys, tensor names), without their remote code. The sources, what
 each assumption rests on, and where they disagree are in docs/engines/motif.md; in short (vLLM v0.10.2's
-`models/motif.py` and its differential flash-attention backend, which diffeval follows):
+`models/variants/motif/modeling.py` and its differential flash-attention backend, which diffeval follows):
 
 - per layer `self_attn.{q,k,v,o}_proj` as in Llama (q: N heads of head_dim, k and v: Nkv heads), `self_attn.lambda_q1,
   lambda_k1, lambda_q2, lambda_k2` [head_dim], `self_attn.subln.weight` [2·head_dim] and `mlp.act_fn.weight` [3],
@@ -46,7 +46,7 @@ from transformers.models.llama.modeling_llama import (
 )
 
 from diffeval.models.diff import differential_heads, lambda_full, motif_lambda_init, motif_maps, poly_norm
-from diffeval.models.variants import MOTIF
+from diffeval.models.variants.motif.record import MOTIF
 
 MODEL_TYPE, MODEL_TYPE_LOWER = MOTIF.model_types
 

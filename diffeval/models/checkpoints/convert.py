@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diffeval.errors import InputError
-from diffeval.models.variants import DIFF_V1, DIFF_V2
+from diffeval.models.variants.registry import DIFF_V1, DIFF_V2
 
 V1_MODULES = ("diffattn", "flashdiff1", "flashdiff2")
 SOURCES = (*(f"unilm-v1:{module}" for module in V1_MODULES), "unilm-v2")
@@ -267,7 +267,7 @@ def _convert_v1(module: str, tensors: dict, layers: int, config: dict):
 
 
 def _convert_v2(tensors: dict, layers: int, config: dict):
-    from diffeval.models.diffllama2 import DiffLlama2Config
+    from diffeval.models.variants.diffllama2.modeling import DiffLlama2Config
 
     hidden = config["hidden_size"]
     first = "model.layers.0.self_attn."
@@ -334,7 +334,8 @@ def _check_result(dst: Path) -> None:
     """The converted folder passes diffeval's own checks of a checkpoint's config and weights."""
     from safetensors import safe_open
 
-    from diffeval.models.loading import check_weights, load_config
+    from diffeval.models.checkpoints.check import check_weights
+    from diffeval.models.checkpoints.loading import load_config
     from diffeval.models.spec import ModelSpec
 
     spec = ModelSpec("converted", str(dst))
