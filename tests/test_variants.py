@@ -143,3 +143,14 @@ def test_both_plugin_paths_register_every_variant_with_vllm():
         result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
         assert result.returncode == 0, result.stderr[-2000:]
         assert result.stdout.strip().splitlines()[-1] == repr(expected)
+
+
+def test_contributing_shows_the_real_lines_of_a_variant():
+    """docs/contributing.md quotes DIFF V2's record and the registry's list as they are in the code."""
+    import re
+
+    page = (PACKAGE.parent / "docs" / "contributing.md").read_text()
+    section = page[page.index("## Adding a DIFF variant") :]
+    record_block, registry_block = re.findall(r"```python\n(.*?)```", section, flags=re.S)[:2]
+    assert record_block in (VARIANTS_DIR / "diffllama2" / "record.py").read_text()
+    assert registry_block in (VARIANTS_DIR / "registry.py").read_text()
