@@ -25,13 +25,11 @@ from rich.progress import (
 from rich.text import Text
 
 from diffeval.config import RunConfig
-from diffeval.errors import InputError
 from diffeval.estimate import dry_run
 from diffeval.lock import FolderLock
 from diffeval.machine import machine_record
 from diffeval.models.backend import EngineSettings, check_model, make_backend, open_tokenizer
-from diffeval.models.checkpoints.check import check_checkpoint
-from diffeval.models.checkpoints.loading import describe, library_versions
+from diffeval.models.checkpoints.preflight import check_context, preflight
 from diffeval.results import RunFolder
 from diffeval.tasks import TASKS
 from diffeval.tasks.base import RunContext, Task
@@ -40,17 +38,18 @@ from diffeval.tasks.base import RunContext, Task
 def check_models(config: RunConfig) -> dict[str, dict]:
     """Fail fast, before any work: every model's checkpoint is whole, the engine can run it, and every context fits
     its positions."""
+    # what needs no torch first, so that a wrong path, engine or length is answered at once
+    preflight(config.models, config.backend, max(config.lengths), config.allow_overlength)
+    from diffeval.models.checkpoints.check import check_checkpoint
+    from diffeval.models.checkpoints.loading import describe
+
     infos = {}
     settings = EngineSettings.from_config(config)
     for spec in config.models:
         info = describe(spec, check_checkpoint(spec, config.trust_remote_code, config.chat_template), kind=spec.kind)
         check_model(info, settings, config.backend)
-        longest = max(config.lengths)
-        if info.max_positions and longest > info.max_positions and not config.allow_overlength:
-            raise InputError(
-                f"context {longest} exceeds {spec.name}'s max_position_embeddings {info.max_positions}: "
-                "use a shorter --ctx, or --allow-overlength to extrapolate"
-            )
+        if info.max_positions:  # a hub model's or custom code's positions are known only from its loaded config
+            check_context(spec.name, max(config.lengths), info.max_positions, config.allow_overlength)
         infos[spec.name] = info.to_dict()
     return infos
 
@@ -109,6 +108,8 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
         cluster = ray_session(config.ray)
     with cluster, FolderLock(folder.path, config.break_lock):
         machine = machine_record(config.backend, EngineSettings.from_config(config).threads)
+        from diffeval.models.checkpoints.loading import library_versions
+
         folder.prepare(config, {"versions": library_versions(), "models": infos, "machine": machine})
         samples = make_samples(task, config)
         records = folder.read_records()

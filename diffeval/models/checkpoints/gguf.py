@@ -57,11 +57,18 @@ def find(path: str, model: str) -> GGUFFile | None:
     return GGUFFile(files[0]) if files else None
 
 
-def _reader(file: GGUFFile, model: str):
+def require_package(model: str) -> None:
+    """The gguf package reads GGUF files: refused in one line without it."""
     try:
-        from gguf import GGUFReader
+        import gguf  # noqa: F401
     except ImportError:
         raise InputError(f"model {model} is a GGUF file, which needs the gguf package: {INSTALL}") from None
+
+
+def _reader(file: GGUFFile, model: str):
+    require_package(model)
+    from gguf import GGUFReader
+
     try:
         return GGUFReader(str(file.path))
     except Exception as exc:  # a truncated file fails its offsets, a foreign one its magic number
@@ -89,6 +96,17 @@ def _header(path: str, size: int, mtime: int, model: str) -> tuple[tuple[str, st
         ("architecture", str((read_field(reader, "general.architecture") or ["unknown"])[0])),
         ("quantization", _file_type_name(file_type[0]) if file_type else _tensor_types(reader)),
     )
+
+
+def context_length(file: GGUFFile, model: str) -> int | None:
+    """The positions the header declares (`<architecture>.context_length`), read without transformers."""
+    reader = _reader(file, model)
+    architecture = reader.fields.get("general.architecture")
+    if architecture is None:
+        return None
+    name = bytes(architecture.parts[architecture.data[0]]).decode()
+    field = reader.fields.get(f"{name}.context_length")
+    return int(field.parts[field.data[0]][0]) if field is not None else None
 
 
 def _file_type_name(value: int) -> str:

@@ -26,6 +26,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, Genera
 
 from diffeval.errors import InputError
 from diffeval.models.checkpoints import gguf
+from diffeval.models.checkpoints.preflight import check_spec
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.variants import registry as variants
 from diffeval.models.variants.base import PER_LAYER
@@ -50,18 +51,6 @@ def resolve_dtype(dtype: str, device: str) -> torch.dtype:
     if dtype == "auto":
         return torch.bfloat16 if device == "cuda" else torch.float32
     return getattr(torch, dtype)
-
-
-def _check_spec(spec: ModelSpec) -> None:
-    """A path-looking spec must exist; anything else is treated as a hub id."""
-    path = Path(spec.path).expanduser()
-    if path.exists():
-        if gguf.find(spec.path, spec.name):
-            return
-        if not (path / "config.json").is_file():
-            raise InputError(f"model {spec.name}: {spec.spec} has no config.json; point at a saved checkpoint folder")
-    elif spec.spec.startswith((".", "/", "~")) or spec.spec.count("/") > 1:  # hub ids are `org/name`
-        raise InputError(f"model {spec.name}: path {spec.spec} does not exist; check the path or give a hub id")
 
 
 HUB_PROBE_SECONDS = 2.0  # how long the hub may take to answer before a hub id is looked up in the local cache alone
@@ -133,7 +122,7 @@ def _parsed_gguf(auto, path: str, gguf_file: str, trust_remote_code: bool):
 
 
 def load_config(spec: ModelSpec, trust_remote_code: bool = False):
-    _check_spec(spec)
+    check_spec(spec)
     _check_hub(spec)
     variants.register()
     for known in variants.VARIANTS:  # before transformers reads a config it may not know
@@ -163,7 +152,7 @@ def load_config(spec: ModelSpec, trust_remote_code: bool = False):
 
 def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
     """The checkpoint's tokenizer (fast tokenizers only: token offsets of needles and answers come from them)."""
-    _check_spec(spec)
+    check_spec(spec)
     _check_hub(spec)
     variants.register()  # AutoTokenizer may read the model config to pick the tokenizer class
     path, extra = source(spec)
