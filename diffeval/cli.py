@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import sys
 from dataclasses import Field, fields
@@ -30,6 +31,25 @@ app = typer.Typer(
 )
 run_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Run an evaluation task.")
 models_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None, help="Inspect and convert model checkpoints.")
+
+
+def _version(show: bool) -> None:
+    if show:
+        from diffeval import __version__
+
+        console.print(f"diffeval {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool, Opt("--version", callback=_version, is_eager=True, help="print diffeval's version and exit")
+    ] = False,
+) -> None:
+    """Evaluate Differential-Transformer models against baselines on long-context tasks."""
+
+
 app.add_typer(run_app, name="run")
 app.add_typer(models_app, name="models")
 app.add_typer(toy_app, name="toy")
@@ -45,15 +65,27 @@ Opt = typer.Option
 ENTRY_OPTIONS = {
     "model": Annotated[
         list[str] | None,
-        Opt("--model", "-m", help=f"NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable [default: {' '.join(DEFAULT_PAIR)}]"),
+        Opt(
+            "--model",
+            "-m",
+            metavar="NAME=PATH",
+            help=f"NAME=PATH_OR_HUB_ID[:diff|:base]; repeatable [default: {' '.join(DEFAULT_PAIR)}]",
+        ),
     ],
-    "config": Annotated[str | None, Opt(help="YAML preset file or shipped preset name; flags override it")],
+    "config": Annotated[
+        str | None, Opt(metavar="PRESET", help="YAML preset file or shipped preset name; flags override it")
+    ],
 }
 
 
 def _cli_option(f: Field):
     declaration = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
-    return Annotated[value_type(f) | None, Opt(declaration, help=option_help(f))]
+    return Annotated[value_type(f) | None, Opt(declaration, metavar=_metavar(f), help=option_help(f))]
+
+
+def _metavar(f: Field) -> str | None:
+    """--backend's value in --help: the engines' names (every other option shows its own name, `_named_metavars`)."""
+    return "|".join(engine_options()) if f.name == "backend" else None
 
 
 def option_help(f: Field) -> str:
@@ -404,9 +436,22 @@ def _print_report(report) -> None:
             console.print(f"_{frame.attrs['note']}_", markup=False, highlight=False, soft_wrap=True)
 
 
+def _named_metavars(command: Any) -> Any:
+    """Every option's and argument's value shown by its name in --help, as argparse does (`--out OUT`, `SPEC`):
+    typer would show the Python type (`<str>`, `<list[str]>`). Flags take no value; a metavar given is kept."""
+    for param in command.params:
+        if param.metavar is None and not getattr(param, "is_flag", False):
+            param.metavar = param.name.upper()
+        if param.param_type_name == "argument":  # typer adds the type after an argument's name: its help says it
+            param.display_type = lambda ctx: None
+    for sub_command in getattr(command, "commands", {}).values():
+        _named_metavars(sub_command)
+    return command
+
+
 def main() -> None:
     try:
-        app(args=_ray_default(sys.argv[1:]), standalone_mode=False)
+        _named_metavars(typer.main.get_command(app)).main(args=_ray_default(sys.argv[1:]), standalone_mode=False)
     except InputError as exc:
         _fail(str(exc), 2)
     except (JudgeError, RunFailure) as exc:
@@ -415,7 +460,10 @@ def main() -> None:
         err_console.print("interrupted: finished samples are saved; rerun the same command to resume")
         sys.exit(130)
     except typer.TyperException as exc:  # usage errors: unknown option, missing argument, bad type
-        _fail(exc.format_message(), getattr(exc, "exit_code", 2))
+        # an unknown option: click's suggestion is any option that looks alike, even an unrelated one (typer vendors
+        # click, so its NoSuchOption class is private: it is known by its option_name)
+        unknown = getattr(exc, "option_name", None) if type(exc).__name__ == "NoSuchOption" else None
+        _fail(_no_such_option(unknown, exc.ctx) if unknown else exc.format_message(), getattr(exc, "exit_code", 2))
 
 
 def _ray_default(args: list[str]) -> list[str]:
@@ -427,6 +475,23 @@ def _ray_default(args: list[str]) -> list[str]:
             [arg, "local"] if arg == "--ray" and (i + 1 == len(args) or args[i + 1].startswith("-")) else [arg]
         )
     ]
+
+
+def _no_such_option(option: str, ctx: Any) -> str:
+    """The unknown option, then the command's own options: a task's (`run quantize`), else every option it takes."""
+    command = ctx.command
+    task = TASKS.get(command.name) if ctx.parent is not None and ctx.parent.info_name == "run" else None
+    declared = fields(task.options) if task else ()
+    own = {(f.metadata.get("flag") or "--" + f.name.replace("_", "-")).split("/")[0] for f in declared}
+    flags = [
+        param.opts[0]
+        for param in command.params
+        if param.param_type_name == "option" and param.opts[0].startswith("--") and (not task or param.opts[0] in own)
+    ]
+    taken = f"its own options are {', '.join(flags)}" if flags else "it takes no options"
+    close = difflib.get_close_matches(option, flags, n=1)
+    guess = f"did you mean {close[0]}? " if close else ""
+    return f"No such option: {option} ({ctx.command_path}); {guess}{taken}; all of them: {ctx.command_path} --help"
 
 
 def _fail(message: str, code: int) -> None:

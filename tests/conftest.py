@@ -169,6 +169,38 @@ def run_cli(*args: str, timeout: int = 600, cwd: Path | None = None) -> subproce
     )
 
 
+HEAVY = ("torch", "transformers", "pandas", "matplotlib", "scipy", "vllm", "ray", "datasets", "numpy")
+
+# Runs the CLI's entry point with the given arguments; on exit, whatever the exit code, writes which heavy
+# libraries were imported to the file named by argv[1].
+PROBE = """
+import atexit, json, sys
+heavy, report, args = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+atexit.register(lambda: open(report, "w").write(json.dumps(sorted(m for m in heavy if m in sys.modules))))
+sys.argv = ["diffeval", *args]
+from diffeval.cli import main
+main()
+"""
+
+
+def run_probed(tmp_path, *args: str, pythonpath: Path | None = None) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """The real CLI in a fresh interpreter, and the heavy libraries it had imported when it exited (`pythonpath`:
+    put first on the import path, e.g. to stand in for a package that is not installed)."""
+    report = tmp_path / "heavy.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps(HEAVY), str(report), json.dumps(args)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=tmp_path,
+    )
+    return result, json.loads(report.read_text())
+
+
 def run_cli_in_process(*args: str) -> subprocess.CompletedProcess:
     """The real command line in this process (no interpreter start-up): for the many fast-failing bad-input cases."""
     import contextlib

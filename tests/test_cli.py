@@ -281,6 +281,7 @@ def test_help_is_readable_at_80_columns_with_every_default(monkeypatch):
         result = run_cli_in_process(*path, "--help")
         assert result.returncode == 0, result.stderr
         assert all(len(line) <= 80 for line in result.stdout.splitlines()), path
+        assert not re.findall(r"<(?:str|int|float|path|list\[\w+\])>", result.stdout), path  # values by name (OUT), not type (<str>)
         blocks = _option_blocks(result.stdout)
         assert not [name for name in blocks if "…" in name], path
         for param in command.params:
@@ -294,3 +295,28 @@ def test_help_is_readable_at_80_columns_with_every_default(monkeypatch):
                 has_default = param.default not in (None, False) and not param.required
             if has_default:
                 assert "[default: " in blocks[param.opts[0]], (path, blocks[param.opts[0]])
+
+
+def test_version_and_choices_in_help():
+    import diffeval
+
+    result = run_cli_in_process("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"diffeval {diffeval.__version__}"
+    assert "--backend hf|vllm" in run_cli_in_process("run", "needle", "--help").stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        # quantize counts no samples: its own options are named, not a look-alike of another command's
+        (["run", "quantize", "--samples", "4"], "its own options are --ctx, --include-path, --lm-batch-size, --bits"),
+        (["run", "needle", "--sample", "3"], "did you mean --samples?"),
+        (["report", "--formats", "md"], "did you mean --format?"),
+    ],
+)
+def test_an_unknown_option_names_the_commands_own(args, expected):
+    result = run_cli_in_process(*args)
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert line.startswith(f"error: No such option: {args[2] if args[0] == 'run' else args[1]} (")
+    assert expected in line and "--attn-impl" not in line and line.endswith("--help")

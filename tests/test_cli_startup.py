@@ -2,8 +2,6 @@
 `--help` and a bad-input error work through the real CLI without loading one either (the start-up's speed is
 measured by benchmarks/cli_speed.py, not timed here)."""
 
-import json
-import os
 import re
 import subprocess
 import sys
@@ -11,37 +9,10 @@ from dataclasses import fields
 
 import pytest
 
+from conftest import HEAVY, run_probed
 from diffeval.config import RunConfig, declared_engine_options
 from diffeval.models.backend import engine_options
 from diffeval.tasks import TASKS
-
-HEAVY = ("torch", "transformers", "pandas", "matplotlib", "scipy", "vllm", "ray", "datasets", "numpy")
-
-# Runs the CLI's entry point with the given arguments; on exit, whatever the exit code, writes which heavy
-# libraries were imported to the file named by argv[1].
-PROBE = """
-import atexit, json, sys
-heavy, report, args = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
-atexit.register(lambda: open(report, "w").write(json.dumps(sorted(m for m in heavy if m in sys.modules))))
-sys.argv = ["diffeval", *args]
-from diffeval.cli import main
-main()
-"""
-
-
-def run_probed(tmp_path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    """The real CLI in a fresh interpreter, and the heavy libraries it had imported when it exited."""
-    report = tmp_path / "heavy.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "200"}
-    result = subprocess.run(
-        [sys.executable, "-c", PROBE, json.dumps(HEAVY), str(report), json.dumps(args)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=env,
-        cwd=tmp_path,
-    )
-    return result, json.loads(report.read_text())
 
 
 @pytest.mark.slow
