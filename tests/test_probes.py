@@ -343,3 +343,42 @@ def test_the_floor_rule_blanks_a_cell_where_both_models_are_at_the_floor_and_onl
     })  # fmt: skip
     tables = TASKS["vt"].reporting.tables(records, vt.VTOptions(ctx=[1024]))
     assert list(tables["floor"].index) == [("1K", "low")]
+
+
+def _cwe_context(models: list[ModelSpec]):
+    from diffeval.tasks.base import RunContext
+
+    options = cwe.CWEOptions(ctx=[4096], samples=1)  # ruler-core's cwe: RULER's 10 common words at 30
+    return RunContext(task="cwe", options=options, lengths=[4096], seed=0, limit=None, chat_template=False,
+                      max_new_tokens=None, models=models, trust_remote_code=False, device="cpu")  # fmt: skip
+
+
+def test_cwe_on_the_builtin_models_runs_at_the_most_common_words_that_fit(capsys):
+    """The toy tokenizer cannot hold RULER's 10 common words at 30 in 4K: on the built-in pair the run takes the most
+    that fit, says so in one line, and its samples (their setting, their expected words) record what it used."""
+    from diffeval.models.spec import parse_models
+    from diffeval.models.tokenizer import HFTokenizer
+
+    models = parse_models(None)  # the built-in pair, as a run without -m has it
+    tokenizers = {spec.name: HFTokenizer(load_tokenizer(spec)) for spec in models}
+    context = _cwe_context(models)
+    shrunk = cwe.TASK.running.prepare(context, tokenizers)
+    assert isinstance(shrunk, cwe.CWEOptions) and 1 <= shrunk.common < 10
+    [note] = capsys.readouterr().err.strip().splitlines()
+    assert f"cannot fit cwe's common=10 freq=ruler at 4K: it runs at common={shrunk.common} freq=ruler" in note
+    [sample] = cwe.TASK.running.make_samples(context.options, 0, None, shrunk)
+    assert sample.setting == f"common={shrunk.common} freq=ruler" and len(sample.expected) == shrunk.common
+    assert cwe.RECIPE.rebuild(cwe.RECIPE, context.options, vars(sample)).expected == sample.expected  # the viewer's
+
+
+def test_cwe_that_does_not_fit_another_model_is_refused(tiny_models):
+    """Any other checkpoint keeps RULER's setting: a length that cannot hold it is refused, naming the most it holds."""
+    from dataclasses import replace
+
+    from diffeval.models.tokenizer import HFTokenizer
+
+    spec = ModelSpec("tiny", str(tiny_models["base_a"]))  # the same toy-sized vocabulary, not a built-in model
+    context = replace(_cwe_context([spec]), lengths=[2048], options=cwe.CWEOptions(ctx=[2048], samples=1,
+                                                                                 frequencies="30,3"))  # fmt: skip
+    with pytest.raises(InputError, match=r"this model holds at most \d common words at frequency 30"):
+        cwe.TASK.running.prepare(context, {"tiny": HFTokenizer(load_tokenizer(spec))})

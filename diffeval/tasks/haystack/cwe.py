@@ -53,6 +53,11 @@ class CWEOptions(HaystackOptions):
     def settings(self) -> list[str]:
         return [f"common={self.common} freq={self.frequencies.replace(',', '/')}"]
 
+    @staticmethod
+    def common_of(setting: str) -> int:
+        """The common words a cell's setting names: the run's `--common`, or on the built-in models what fits."""
+        return int(setting.split()[0].removeprefix("common="))
+
     def validate(self) -> None:
         super().validate()
         if self.common < 1:
@@ -98,11 +103,12 @@ def make_sample(options: CWEOptions, seed: int, ctx: int, depth, setting: str, i
     rng = samples.sample_rng("cwe", key)
     words = list(vocabulary())
     rng.shuffle(words)  # the first `common` are the common words, then the others in the order a fit takes them
-    head = example(rng, ctx, options.common) + HEAD
+    common = options.common_of(setting)
+    head = example(rng, ctx, common) + HEAD
     return samples.new_sample(
         "cwe", key, ctx=ctx, depth=None, setting=setting, seed=seed, index=index, head=head,
-        tail=question(options.common), answer_prefix=answer_prefix(options.common), inserts=[],
-        expected=words[: options.common], haystack="", haystack_seed=0, token_limit=TOKENS_TO_GENERATE,
+        tail=question(common), answer_prefix=answer_prefix(common), inserts=[],
+        expected=words[:common], haystack="", haystack_seed=0, token_limit=TOKENS_TO_GENERATE,
         extra={"words": words, "freqs": list(options.counts(ctx)), "key": key},
     )  # fmt: skip
 
@@ -149,15 +155,32 @@ def fit(sample, backend, budget: int, chat_template: bool, refusal: str) -> Hays
     )
 
 
-def most_that_fits(options: CWEOptions, sample, backend, budget, chat_template) -> str:
+def most_common_that_fit(sample, backend, budget, chat_template) -> int:
+    """The most common words whose list, with no other word, fits `budget` tokens of this model (0: none)."""
     from dataclasses import replace
 
-    for common in range(options.common - 1, 0, -1):
+    for common in range(len(sample.expected) - 1, 0, -1):
         fewer = replace(sample, expected=sample.expected[:common], tail=question(common),
                         answer_prefix=answer_prefix(common))  # fmt: skip
         if len(backend.encode(_render(fewer, 0, backend, chat_template)[0]).ids) <= budget:
-            return f"{common} common words at frequency {sample.extra['freqs'][0]} (--common, --frequencies)"
-    return "no common word at this frequency (--frequencies)"
+            return common
+    return 0
+
+
+def most_that_fits(options: CWEOptions, sample, backend, budget, chat_template) -> str:
+    common = most_common_that_fit(sample, backend, budget, chat_template)
+    if not common:
+        return "no common word at this frequency (--frequencies)"
+    return f"{common} common words at frequency {sample.extra['freqs'][0]} (--common, --frequencies)"
+
+
+def fewer_common_words(options: CWEOptions, sample, backend, budget, chat_template) -> CWEOptions | None:
+    """The built-in models' run at the most common words that fit (their toy tokenizer cannot hold RULER's 10 at 30
+    in 4K); None when not even one fits."""
+    from dataclasses import replace
+
+    common = most_common_that_fit(sample, backend, budget, chat_template)
+    return replace(options, common=common) if common else None
 
 
 def pieces(prompt: HaystackPrompt, sample, whole: bool) -> list:
@@ -177,7 +200,7 @@ def pieces(prompt: HaystackPrompt, sample, whole: bool) -> list:
 
 
 RECIPE = Recipe(name="cwe", make_sample=make_sample, most_that_fits=most_that_fits, fit=fit, has_depth=False,
-                      pieces=pieces)  # fmt: skip
+                pieces=pieces, shrink_for_builtin=fewer_common_words)  # fmt: skip
 TASK = probe_task(
     RECIPE,
     CWEOptions,

@@ -15,14 +15,17 @@ the same for every haystack task:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
+
+from rich.console import Console
 
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.longctx import fitting, scoring
 from diffeval.longctx.lengths import format_ctx
 from diffeval.models.backend import Backend, Generation
+from diffeval.models.spec import builtin_models
 from diffeval.records import Record
 from diffeval.tasks.base import ContextBudget, RunContext, Running
 from diffeval.tasks.haystack.samples import (
@@ -78,6 +81,10 @@ class Recipe:
     # units ("3 keys"): named in the refusal when a sample's fixed part (instruction, inserts, question) overflows,
     # and checked for every length before any engine starts. None: the refusal stands as the fit says it
     most_that_fits: Callable[..., str] | None = None
+    # (options, sample, backend, budget, chat template) → options whose sample fits, or None: on the built-in models
+    # only, a run whose fixed part overflows runs at the most that fits instead of being refused (their tokenizer is
+    # a toy's, so a paper's setting may not fit where a real model's does)
+    shrink_for_builtin: Callable[..., Any] | None = None
     # (sample, backend, budget, chat template, refusal) → prompt; the default fits a haystack with inserts
     fit: Callable[..., HaystackPrompt] = fit_haystack
     refusal: Callable[[HaystackSample], str] = refusal  # what a fit says when even no haystack fits
@@ -99,6 +106,8 @@ class Recipe:
 
 def make_samples_for(recipe: Recipe) -> Callable[..., list[HaystackSample]]:
     def make_samples(options: Any, seed: int, limit: int | None = None, prepared: Any = None) -> list[HaystackSample]:
+        """`prepared`: the options the fit check shrank the run to (`Recipe.shrink_for_builtin`), if it did."""
+        options = options if prepared is None else prepared
         count = min(options.samples, limit) if limit else options.samples
         return [
             recipe.make_sample(options, seed, ctx, depth, setting, i)
@@ -131,19 +140,42 @@ def fitted_prompt(recipe: Recipe, sample: HaystackSample, backend: Backend, cont
         raise InputError(f"{exc}: at {format_ctx(sample.ctx)} this model holds at most {most}") from None
 
 
-def check_fits_with(recipe: Recipe) -> Callable[[RunContext[Any], dict], None]:
-    def prepare(context: RunContext[Any], tokenizers: dict) -> None:
+def check_fits_with(recipe: Recipe) -> Callable[[RunContext[Any], dict], Any]:
+    def prepare(context: RunContext[Any], tokenizers: dict) -> Any:
         """Refuse before any engine starts where a length cannot hold a sample's fixed part (too many keys, chains or
-        common words): one fit per length and setting, per model, of the cell's first sample."""
+        common words): one fit per length and setting, per model, of the cell's first sample. On the built-in models,
+        a recipe that can shrink its setting to fit does so, says so in one line, and returns the options it used."""
         from diffeval.models.tokenizer import PromptTokenizer
 
-        options = context.options
         prompt_tokenizers: list[Any] = [PromptTokenizer(tokenizer, name) for name, tokenizer in tokenizers.items()]
-        for ctx in context.lengths:
-            for setting in options.settings():
-                sample = recipe.make_sample(options, context.seed, ctx, options.cell_depths()[0], setting, 0)
-                for tokenizer in prompt_tokenizers:
-                    fitted_prompt(recipe, sample, tokenizer, context)
+        may_shrink = recipe.shrink_for_builtin is not None and all(s.spec in builtin_models() for s in context.models)
+        options, overflowed = context.options, None
+        while True:
+            try:
+                for ctx in context.lengths:
+                    for setting in options.settings():
+                        sample = recipe.make_sample(options, context.seed, ctx, options.cell_depths()[0], setting, 0)
+                        for tokenizer in prompt_tokenizers:
+                            fitted_prompt(recipe, sample, tokenizer, replace(context, options=options))
+                break
+            except InputError:
+                if not may_shrink:
+                    raise
+                budget = sample.ctx - recipe.token_limit(sample, tokenizer, context)
+                assert recipe.shrink_for_builtin is not None
+                smaller = recipe.shrink_for_builtin(options, sample, tokenizer, budget, context.chat_template)
+                if smaller is None:
+                    raise
+                options, overflowed = smaller, overflowed or sample.ctx
+        if overflowed is None:
+            return None
+        Console(stderr=True).print(
+            f"note: the built-in models' tokenizer cannot fit {recipe.name}'s {' '.join(context.options.settings())} "
+            f"at {format_ctx(overflowed)}: it runs at {' '.join(options.settings())}, the most that fits",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return options
 
     return prepare
 
