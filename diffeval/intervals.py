@@ -122,8 +122,8 @@ def cluster_bootstrap(differences, clusters, confidence: float = 0.95, seed: int
     diff = np.asarray(differences, dtype=float)
     codes = cluster_numbers(clusters)
     sums, sizes = np.bincount(codes, weights=diff), np.bincount(codes)
-    if len(sizes) < 2:  # one cluster: nothing to resample, no evidence either way
-        return {"clusters": len(sizes), "ci_low": float(diff.mean()), "ci_high": float(diff.mean()), "p_value": 1.0}
+    if len(sizes) < 2:  # one cluster: nothing to resample, so no interval and no test (left empty, not zero-width)
+        return {"clusters": len(sizes), "ci_low": float("nan"), "ci_high": float("nan"), "p_value": float("nan")}
     means = resample(
         lambda picks: sums[picks].sum(axis=1) / sizes[picks].sum(axis=1),
         len(diff),

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "diffeval"
 
 # lowest first; a module belongs to the most specific prefix that names it
 LAYERS = [
-    ["diffeval.errors", "diffeval.machine"],
+    ["diffeval.errors", "diffeval.machine", "diffeval.wording"],
     ["diffeval.records", "diffeval.paper", "diffeval.plotting", "diffeval.lock", "diffeval.intervals"],
     ["diffeval.config"],
     ["diffeval.data", "diffeval.results"],

@@ -53,6 +53,10 @@ def paired_difference(first, second, confidence: float = 0.95, clusters=None) ->
             **resampled,
             "test": CLUSTER_TEST,
         }
+    if len(diff) < 2:  # one pair: no interval and no test (left empty, not zero-width)
+        nan = float("nan")
+        return {"n": len(diff), "difference": float(diff.mean()), "ci_low": nan, "ci_high": nan, "p_value": nan,
+                "test": ""}  # fmt: skip
     low, high = bootstrap_ci(diff, confidence)
     p_value, test = paired_test(first, second)
     return {

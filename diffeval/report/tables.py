@@ -132,11 +132,10 @@ def report_run(
     summary = summarize(frame, reporting.summary_keys, reporting.summary_value)
     summary.to_csv(target / "summary.csv", index=False)
     tables = reporting.tables(frame, loaded.options, paper=paper)
-    paired = paired_table(loaded.run, frame, task)
-    if not paired.empty:
-        tables["paired"] = paired
+    tables["paired"] = paired_table(loaded.run, frame, task)
     if reporting.pair_tables is not None:
         tables.update(reporting.pair_tables(frame, model_pairs(loaded.run, frame), loaded.options))
+    tables = {key: table for key, table in tables.items() if not table.empty}  # a table without rows says nothing
     numbers = NumberFormats.of(task)
     report = RunReport(
         folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, loaded.first_damage, titles,
@@ -223,13 +222,19 @@ def paired_table(run: dict, frame: pd.DataFrame, task: Task) -> pd.DataFrame:
             cell = cell if isinstance(cell, tuple) else (cell,)
             clusters = None if labels is None else labels[group.index]
             stats = paired_difference(group[value], group[f"{value}_base"], clusters=clusters)
+            if stats["ci_low"] != stats["ci_low"]:  # NaN: too few samples or clusters to resample
+                units = f"{stats['clusters']} cluster" if "clusters" in stats else f"n = {stats['n']}"
+                stats["reading"] = f"{units}: too few to resample, no interval or test"
             if task.reporting.floor is not None:
-                stats.update(floor_reading(group[value], group[f"{value}_base"], task.reporting.floor))
+                floor = floor_reading(group[value], group[f"{value}_base"], task.reporting.floor)
+                stats.update(floor if floor["reading"] or "reading" not in stats else {})
             rows.append({"diff": diff, "baseline": base, **dict(zip(keys, cell)), "metric": value, **stats})
             within = {k: v for k, v in zip(keys, cell) if not isinstance(v, str) or v != "all"}
             cells.append({"pair": [diff, base], **within})  # the samples both scored, as `sample_pairs` joins them
     if not rows:
         return pd.DataFrame()
+    if any("reading" in row for row in rows):  # a row that reads no difference says why; the others say nothing
+        rows = [{**row, "reading": row.get("reading", "")} for row in rows]
     table = pd.DataFrame(rows).set_index(["diff", "baseline", *keys])  # unrounded: report/format.py shows it
     table = with_cells(table, cells, [{}] * table.shape[1])
     table.attrs["note"] = paired_note(task, table, pooled)

@@ -98,8 +98,8 @@ def _ratio_intervals(group: pd.DataFrame, value: str, count: str, scale: float, 
         return ratio if reference is None else ratio[:, reference : reference + 1] - ratio
 
     point = statistic(np.arange(len(sums))[None, :])[0]
-    if len(sums) < 2:
-        return point, point, point
+    if len(sums) < 2:  # one document: nothing to resample, so no interval (left empty, not zero-width)
+        return point, np.full_like(point, np.nan), np.full_like(point, np.nan)
     draws = resample(statistic, len(clusters), clusters=group["group"].to_numpy(), vectorized=True)
     bounds = np.array([percentile_interval(draws[:, b]) for b in range(draws.shape[1])])
     return point, bounds[:, 0], bounds[:, 1]

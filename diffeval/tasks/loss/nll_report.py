@@ -11,6 +11,7 @@ from diffeval.tasks.blocks import Chart, Document, Field, Fields, Mark, Notice, 
 from diffeval.tasks.loss.buckets import LN2, STRIP_BINS, bucket_edges, common_windows, position_table, shared_tokens
 from diffeval.tasks.loss.nll_options import NLLOptions
 from diffeval.tasks.loss.windows import Window, byte_to_char, window_text
+from diffeval.wording import counted
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     from pathlib import Path
@@ -53,18 +54,26 @@ def tables(records: pd.DataFrame, options: NLLOptions, paper: bool = False) -> d
             "past the training length; paired interval from a bootstrap of whole documents"
         )
         out["nll_past_training"] = rise
-    view = (
-        "The models share a tokenizer (the same ids in every window): per-token NLL by token position compares "
-        "them, as the paper's plot does; bits per byte too."
-        if shared
-        else "The models' tokenizers differ: only bits per byte by byte position compares them (per-token NLL "
-        "counts different tokens); no per-token table."
-    )
+    if records["model"].nunique() < 2:
+        view = "One model: per-token NLL by token position and bits per byte by byte position."
+    elif shared:
+        view = (
+            "The models share a tokenizer (the same ids in every window): per-token NLL by token position compares "
+            "them, as the paper's plot does; bits per byte too."
+        )
+    else:
+        view = (
+            "The models' tokenizers differ: only bits per byte by byte position compares them (per-token NLL "
+            "counts different tokens); no per-token table."
+        )
     scored = records.drop_duplicates("sample_id")["bytes"].sum()
     left_out = f" {dropped} window(s) that not every model scored are left out." if dropped else ""
+    documents, windows = records["group"].nunique(), records["sample_id"].nunique()
+    alone = " One document: no interval (the bootstrap resamples whole documents)." if documents < 2 else ""
+    who = "Every model" if records["model"].nunique() > 1 else "The model"
     out["nll_bytes"].attrs["note"] = (
-        f"{view} Every model scored the same {scored:,} bytes ({records['group'].nunique()} documents, "
-        f"{records['sample_id'].nunique()} windows).{left_out}" + (f" {PAPER_NOTE}" if paper else "")
+        f"{view} {who} scored the same {scored:,} bytes ({counted(documents, 'document')}, "
+        f"{counted(windows, 'window')}).{left_out}{alone}" + (f" {PAPER_NOTE}" if paper else "")
     )
     return out
 
@@ -133,7 +142,8 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
         ax.plot(np.arange(1, len(sums) + 1) * width, cumulative, marker="o", markersize=3, label=model)
     ax.set_xlabel("token position" if shared else "byte position")
     ax.set_ylabel("cumulative average NLL (nats per token)" if shared else "cumulative bits per byte")
-    ax.set_title(f"NLL by position ({records['group'].nunique()} documents, {records['sample_id'].nunique()} windows)")
+    documents, windows = records["group"].nunique(), records["sample_id"].nunique()
+    ax.set_title(f"NLL by position ({counted(documents, 'document')}, {counted(windows, 'window')})")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
