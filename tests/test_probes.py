@@ -184,7 +184,6 @@ def test_a_malformed_needle_set_is_one_line(tmp_path, text, problem):
         (["run", "vt", "--chains", "60", "--depths", "0"], "holds at most"),
         (["run", "mk-niah", "--variants", "1", "--keys", "64", "--depths", "0"], "holds at most"),
         (["run", "mv-niah", "--values", "64", "--depths", "0"], "holds at most"),
-        (["run", "cwe"], "holds at most 6 common words at frequency 6"),
         (["run", "nolima", "--needle-set", "/nonexistent/set.json"], "does not exist"),
         (["run", "mk-niah", "--variants", "4"], "use RULER's niah_multikey variants 1, 2 or 3"),
         (["run", "cwe", "--frequencies", "3,30"], "C > R >= 1"),
