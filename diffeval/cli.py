@@ -434,6 +434,8 @@ def _print_report(report) -> None:
         console.print(text, markup=False, highlight=False, soft_wrap=True)
         if frame.attrs.get("note"):  # how the table's statistics were made (e.g. clusters resampled)
             console.print(f"_{frame.attrs['note']}_", markup=False, highlight=False, soft_wrap=True)
+    if report.paper:  # --paper: what of the paper the run can be set beside, even when nothing is
+        console.print(report.paper, markup=False, highlight=False, soft_wrap=True)
 
 
 def _named_metavars(command: Any) -> Any:
@@ -463,7 +465,8 @@ def main() -> None:
         # an unknown option: click's suggestion is any option that looks alike, even an unrelated one (typer vendors
         # click, so its NoSuchOption class is private: it is known by its option_name)
         unknown = getattr(exc, "option_name", None) if type(exc).__name__ == "NoSuchOption" else None
-        _fail(_no_such_option(unknown, exc.ctx) if unknown else exc.format_message(), getattr(exc, "exit_code", 2))
+        ctx = getattr(exc, "ctx", None)
+        _fail(_no_such_option(unknown, ctx) if unknown and ctx else exc.format_message(), getattr(exc, "exit_code", 2))
 
 
 def _ray_default(args: list[str]) -> list[str]:

@@ -114,3 +114,9 @@ TABLE1 = {
         "average": 60.6,
     },
 }
+
+
+def coverage(name: str, has: list[str], lacks: list[str]) -> str:
+    """One line for `report --paper`: which of the paper's settings behind `name` a run has, and which it lacks."""
+    held = f"this run has {', '.join(has)}" if has else "this run has none of its settings"
+    return f"The paper's {name}: {held}" + (f"; it lacks {', '.join(lacks)}" if lacks else "") + "."

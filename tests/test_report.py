@@ -416,3 +416,75 @@ def test_three_way_runs_pair_v2_with_v1_as_well_as_each_diff_with_the_baseline(t
     assert list(overall.index) == [("diff", "base"), ("v2", "base"), ("v2", "diff")]
     assert overall.loc[("v2", "diff"), "difference"] == pytest.approx(-0.75)  # v2 0/4 right, V1 3/4
     assert overall.loc[("v2", "base"), "difference"] == pytest.approx(-0.25)
+
+
+@pytest.mark.slow
+def test_paper_says_which_of_the_papers_settings_a_run_has_and_lacks(runs, tmp_path):
+    reports = build_report([RunFolder(p) for p in runs.values()], ["md"], tmp_path / "out", paper=True)
+    said = {r.task: r.paper for r in reports}
+    assert said["needle"] == (
+        "The paper's Table 2 (accuracy at 4K by N/R): this run has 4K N/R=1/1, 4K N/R=2/2; it lacks 4K N/R=4/2, "
+        "4K N/R=6/2."
+    )
+    assert "this run has none of its settings; it lacks 64K depth 0%" in said["attention"]
+    assert said["icl"].startswith("The paper's Figure 7 margins: this run has TREC random orders")
+    assert "this run has xsum, hotpotqa; it lacks cnndm" in said["hallucination"]
+    assert all(
+        said[task] in (tmp_path / "out" / task / "table.md").read_text().replace(". Scoring", ".")
+        or said[task].removesuffix(".") in (tmp_path / "out" / task / "table.md").read_text()
+        for task in said
+    )
+    [plain] = build_report([RunFolder(runs["needle"])], ["md"], tmp_path / "plain")
+    assert plain.paper == "" and "The paper's" not in (tmp_path / "plain" / "needle" / "table.md").read_text()
+
+
+@pytest.fixture(scope="module")
+def mk_niah_run(tmp_path_factory) -> Path:
+    """A real mk-niah run of the built-in pair: 1K, one sample per depth (slow: the tests that take it are)."""
+    out = tmp_path_factory.mktemp("mk") / "mk"
+    result = run_cli_in_process(
+        "run", "mk-niah", "--ctx", "1k", "--samples", "1", "--depths", "0,100", "--out", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_report_paper_on_a_task_without_paper_numbers_says_so(mk_niah_run):
+    result = run_cli_in_process("report", str(mk_niah_run), "--paper")
+    assert result.returncode == 0, result.stderr
+    assert "The paper reports no numbers for mk-niah." in result.stdout
+
+
+def test_an_interval_that_cannot_be_computed_is_empty_and_says_why(tmp_path):
+    one = stats.paired_difference([1.0], [0.0])
+    assert one["difference"] == 1.0 and all(one[k] != one[k] for k in ("ci_low", "ci_high", "p_value"))  # NaN
+    alone = intervals.cluster_bootstrap([0.5, 0.25], ["a", "a"])
+    assert alone["clusters"] == 1 and alone["ci_low"] != alone["ci_low"]
+    records = [r for r in needle_records() if r["sample_id"] == "s0"]  # one sample per model
+    folder = _folder(tmp_path, "one", "needle", records)
+    [report] = build_report([RunFolder(folder)], ["md", "csv"])
+    paired = report.tables["paired"].reset_index()
+    assert set(paired["reading"]) == {"n = 1: too few to resample, no interval or test"}
+    assert paired["ci_low"].isna().all() and paired["p_value"].isna().all()
+    written = pd.read_csv(folder / "paired.csv")
+    assert written["ci_low"].isna().all() and written["ci_high"].isna().all()  # empty cells, not a zero-width interval
+
+
+@pytest.mark.slow
+def test_an_empty_table_is_not_written(mk_niah_run, tmp_path):
+    """A probe whose cells are all above the floor has no floor table: none is printed, none written; one at the floor
+    has it."""
+    folder = tmp_path / "mk"
+    shutil.copytree(mk_niah_run, folder)
+    lines = [json.loads(line) for line in (folder / "samples.jsonl").read_text().splitlines()]
+    for expected_found in (True, False):
+        for record in lines:  # every answer right, or every answer wrong
+            record["output"] = ", ".join(record["expected"]) if expected_found else "nothing"
+        (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+        for stale in folder.glob("*.csv"):
+            stale.unlink()
+        [report] = build_report([RunFolder(folder)], ["md", "csv"], scoring="ruler")
+        at_floor = not expected_found
+        assert ("floor" in report.tables) == at_floor and (folder / "floor.csv").exists() == at_floor
+        assert ("Cells at the floor" in (folder / "table.md").read_text()) == at_floor

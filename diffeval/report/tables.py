@@ -55,6 +55,7 @@ class RunReport:
     formats: NumberFormats = field(default_factory=NumberFormats)  # the task's decimals, for every table output
     plots: list[Path] = field(default_factory=list)
     written: list[Path] = field(default_factory=list)
+    paper: str = ""  # with --paper: which of the paper's settings the run has and which it lacks
 
 
 @dataclass
@@ -125,6 +126,11 @@ def report_run(
     task, frame = loaded.task, loaded.frame
     reporting = task.reporting
     note, titles = reporting.note, dict(reporting.titles)
+    said = ""
+    if paper:  # what --paper could set beside this run, so that a run with no paper setting says so
+        coverage = reporting.paper_coverage
+        said = coverage(frame, loaded.options) if coverage else f"The paper reports no numbers for {task.name}."
+        note = f"{note}. {said.removesuffix('.')}"
     if loaded.scoring is not None and task.scoring.rules:  # every table names the rule that scored it
         note += f". Scoring rule {loaded.scoring!r}: {task.scoring.rules[loaded.scoring]}"
         titles = {key: f"{value} [scoring: {loaded.scoring}]" for key, value in titles.items()}
@@ -139,7 +145,7 @@ def report_run(
     numbers = NumberFormats.of(task)
     report = RunReport(
         folder, task.name, tables, note, loaded.damaged, loaded.duplicates, frame, loaded.first_damage, titles,
-        numbers, [], [target / "summary.csv"],
+        numbers, [], [target / "summary.csv"], said,
     )  # fmt: skip
     if "md" in formats:
         report.written.append(_write(target / "table.md", markdown(tables, note, titles, numbers)))

@@ -126,6 +126,9 @@ class Reporting:
     # (records, [(DIFF model, baseline)], options) → {key: DataFrame}: paired tables of the task's own, beside the
     # report's paired table of `summary_value` (nll's per-bucket differences); the pairs are the report's
     pair_tables: Callable[..., dict] | None = None
+    # (records, options) → one line for `report --paper`: which of the paper's settings the run has and which it lacks
+    # (`paper.coverage`); None: the paper reports no numbers for the task
+    paper_coverage: Callable[..., str] | None = None
     # a mean score at or below which a model is at the floor: a paired cell where both models are reads no difference
     # (its difference, interval and p-value are left empty and its `reading` says so). None: no floor
     floor: float | None = None

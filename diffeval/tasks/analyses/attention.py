@@ -25,7 +25,7 @@ from diffeval.errors import InputError
 from diffeval.longctx.lengths import format_ctx, parse_format_ctx
 from diffeval.models.backend import Backend
 from diffeval.models.tokenizer import encode_in_context
-from diffeval.paper import TABLE3
+from diffeval.paper import TABLE3, coverage
 from diffeval.records import MayBeAbsent, Record
 from diffeval.tasks.analyses.shares import (
     HEADLINE_MAP,
@@ -112,6 +112,16 @@ def evaluate(batch: list[HaystackSample], backend: Backend, context: RunContext[
         seconds = time.perf_counter() - start
         records.append(Record("attention", backend.info.name, sample.sample_id, len(prompt.ids), 0, seconds, fields))
     return records
+
+
+def paper_coverage(records: pd.DataFrame, options: AttentionOptions) -> str:
+    """Table 3 is the attention on the answer and on noise at 64K, by answer depth."""
+    depths = sorted(next(iter(TABLE3.values()))["answer"])
+    run = set(records.loc[records["ctx"] == 65536, "depth"])
+    has = [f"64K depth {d}%" for d in depths if d in run]
+    return coverage(
+        "Table 3 (attention to the answer at 64K)", has, [f"64K depth {d}%" for d in depths if d not in run]
+    )
 
 
 def attention_tables(records: pd.DataFrame, options: AttentionOptions, paper: bool = True) -> dict[str, pd.DataFrame]:
@@ -230,6 +240,7 @@ TASK = Task(
     ),
     reporting=Reporting(
         tables=attention_tables,
+        paper_coverage=paper_coverage,
         titles={
             "table3_raw": "Table 3 layout: attention to answer and noise by depth (raw shares)",
             "table3_normalised": "Table 3 layout: attention to answer and noise by depth (shares / row sum)",

@@ -39,7 +39,7 @@ from diffeval.tasks.choices.icl_demonstrations import (
     test_ids,
 )
 from diffeval.tasks.choices.icl_options import IclOptions, parse_orders
-from diffeval.tasks.choices.icl_report import SUMMARY_KEYS, plots, sample_view, tables
+from diffeval.tasks.choices.icl_report import SUMMARY_KEYS, paper_coverage, plots, sample_view, tables
 from diffeval.tasks.choices.prompts import (
     best_choice,
     count_by_block,
@@ -268,6 +268,7 @@ TASK = Task(
     ),
     reporting=Reporting(
         tables=tables,
+        paper_coverage=paper_coverage,
         titles={
             "icl_accuracy": "ICL accuracy per dataset and shots (mean over draws and orders)",
             "icl_orders": "ICL accuracy across orders of the same demonstrations",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from diffeval.paper import FIGURE7_TREC
+from diffeval.paper import FIGURE7_TREC, coverage
 from diffeval.tasks.base import RunContext, with_cells
 from diffeval.tasks.choices.icl_demonstrations import Run, dataset, ordered
 from diffeval.tasks.choices.icl_options import IclOptions
@@ -133,3 +133,12 @@ def sample_view(context: RunContext[IclOptions], records: dict[str, dict], token
         title = f"{model}: gold {record['gold_label']}, predicted {record.get('predicted_label') or '—'}"
         blocks.append(Section([shown], title=title, model=model, right=record.get("correct")))
     return Document(blocks)
+
+
+def paper_coverage(records: pd.DataFrame, options: IclOptions) -> str:
+    """Figure 7 gives TREC's best − worst accuracy margin over orders of the same demonstrations, random and
+    alternating (the paper's other ICL figures are plots without numbers)."""
+    run = set(records.loc[records["dataset"] == "trec", "order"])
+    has = [f"TREC {order} orders" for order in FIGURE7_TREC if order in run]
+    lacks = [f"TREC {order} orders" for order in FIGURE7_TREC if order not in run]
+    return coverage("Figure 7 margins", has, lacks)

@@ -28,7 +28,7 @@ from diffeval.models.backend import Backend, Generation
 from diffeval.records import MayBeAbsent, Record, sample_id
 from diffeval.tasks.base import ContextBudget, Listing, Reporting, RunContext, Running, Scoring, Task, Viewing
 from diffeval.tasks.conversations.hallucination_options import HallucinationOptions
-from diffeval.tasks.conversations.hallucination_report import plots, sample_view, tables
+from diffeval.tasks.conversations.hallucination_report import paper_coverage, plots, sample_view, tables
 from diffeval.tasks.conversations.judging import judge_generations
 from diffeval.tasks.conversations.prompts import fit_prompt
 
@@ -177,6 +177,7 @@ TASK = Task(
     ),
     reporting=Reporting(
         tables=tables,
+        paper_coverage=paper_coverage,
         titles={
             "table4": "Table 4 layout: fraction judged hallucination-free",
             "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "

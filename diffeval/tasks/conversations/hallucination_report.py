@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
-from diffeval.paper import TABLE4
+from diffeval.paper import TABLE4, coverage
 from diffeval.tasks.base import RunContext, with_cells, with_rows
 from diffeval.tasks.conversations.hallucination_options import HallucinationOptions
 from diffeval.tasks.conversations.judging import judge_agreement
@@ -126,3 +126,15 @@ def sample_view(
         for model, record in records.items()
     ]  # fmt: skip
     return Document([*blocks, Outputs(outputs, title="Outputs")])
+
+
+def paper_coverage(records: pd.DataFrame, options: HallucinationOptions) -> str:
+    """Table 4 is each dataset's share of outputs a GPT-4o judge finds hallucination-free, at 4K; a proxy judge's
+    verdicts are not that measurement."""
+    datasets = list(next(iter(TABLE4.values())))
+    judged = records[records["judge_kind"] != "proxy"]
+    run = set(judged["dataset"])
+    has = [d for d in datasets if d in run]
+    said = coverage("Table 4 (hallucination-free outputs by dataset, a GPT-4o judge)", has,
+                    [d for d in datasets if d not in run])  # fmt: skip
+    return said + (" A proxy judge's verdicts are not the paper's measurement." if len(judged) < len(records) else "")

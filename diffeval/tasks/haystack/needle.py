@@ -25,7 +25,7 @@ from diffeval.records import MayBeAbsent
 from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Scoring, Task, Viewing
 from diffeval.tasks.haystack import samples, tables
 from diffeval.tasks.haystack.needle_options import NeedleOptions
-from diffeval.tasks.haystack.needle_report import needle_plots, needle_tables, pieces, rescore
+from diffeval.tasks.haystack.needle_report import needle_plots, needle_tables, paper_coverage, pieces, rescore
 from diffeval.tasks.haystack.recipe import Recipe, check_haystack, running
 from diffeval.tasks.haystack.samples import ANSWER, DISTRACTOR, HaystackPrompt, HaystackSample, Insert
 from diffeval.tasks.haystack.view import sample_view_for
@@ -169,6 +169,7 @@ TASK = Task(
     running=running(RECIPE, budget, check_haystack),
     reporting=Reporting(
         tables=needle_tables,
+        paper_coverage=paper_coverage,
         titles={
             "table2": "Table 2 layout: accuracy by model and N/R",
             "answers": "Answers: accuracy, outputs naming unqueried needles' numbers, precision, samples stopped at "

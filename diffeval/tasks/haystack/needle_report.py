@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from diffeval.longctx import scoring
 from diffeval.longctx.lengths import parse_format_ctx
-from diffeval.paper import TABLE2
+from diffeval.paper import TABLE2, coverage
 from diffeval.tasks.base import with_cells, with_rows
 from diffeval.tasks.blocks import Mark
 from diffeval.tasks.haystack import plots, tables
@@ -98,3 +98,13 @@ def pieces(prompt: HaystackPrompt, sample: HaystackSample, whole: bool) -> list:
             note=f"{'queried' if queried else 'other'} needle: {city}, tokens {start}-{end}",
         )))  # fmt: skip
     return text.tiled(prompt.spans, marked)
+
+
+def paper_coverage(records: pd.DataFrame, options: NeedleOptions) -> str:
+    """Table 2 is accuracy at 4K for N/R 1/1, 2/2, 4/2, 6/2."""
+    at_4k = records[records["ctx"] == 4096]
+    run = {f"{n}/{q}" for n, q in zip(at_4k["needles"], at_4k["queries"])}
+    settings = list(next(iter(TABLE2.values())))
+    has = [f"4K N/R={nr}" for nr in settings if nr in run]
+    lacks = [f"4K N/R={nr}" for nr in settings if nr not in run]
+    return coverage("Table 2 (accuracy at 4K by N/R)", has, lacks)

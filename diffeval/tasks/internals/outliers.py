@@ -22,7 +22,7 @@ from diffeval.config import context_option, option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
-from diffeval.paper import TABLE5
+from diffeval.paper import TABLE5, coverage
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells
 
@@ -158,6 +158,12 @@ def _row(tops: list[float], hist: list[int]) -> dict:
     return row
 
 
+def paper_coverage(records: pd.DataFrame, options: OutliersOptions) -> str:
+    """Table 5 gives the largest attention logits and hidden states over 0.4M tokens; every run measures both."""
+    tokens = int(records.groupby("model", sort=False)["prompt_tokens"].sum().min())
+    return coverage("Table 5 (largest activations over 0.4M tokens)", [f"both activations over {tokens:,} tokens"], [])
+
+
 def tables(records: pd.DataFrame, options: OutliersOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     import pandas as pd
 
@@ -214,6 +220,7 @@ TASK = Task(
     ),
     reporting=Reporting(
         tables=tables,
+        paper_coverage=paper_coverage,
         titles={
             "table5": "Table 5 layout: largest |activation| values and the median",
             "outliers_per_layer": "Largest |activation| and median per layer",

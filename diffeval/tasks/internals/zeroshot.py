@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from diffeval.config import option, parse_str_list
 from diffeval.models.backend import Backend
 from diffeval.models.lmeval import LmEvalOptions, headline_metric
-from diffeval.paper import TABLE1
+from diffeval.paper import TABLE1, coverage
 from diffeval.records import Record, sample_id
 from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells, with_rows
 from diffeval.tasks.internals.lmeval import check_lm_tasks, lm_eval_results
@@ -58,6 +58,13 @@ def evaluate(batch: list[Benchmark], backend: Backend, context: RunContext[Zeros
     return records
 
 
+def paper_coverage(records: pd.DataFrame, options: ZeroshotOptions) -> str:
+    """Table 1 gives seven lm-eval tasks and their average (set beside this run only when it has all seven)."""
+    run = set(records["lm_task"])
+    has, lacks = [t for t in PAPER_TASKS if t in run], [t for t in PAPER_TASKS if t not in run]
+    return coverage("Table 1 (zero-shot accuracy)", has, lacks)
+
+
 def tables(records: pd.DataFrame, options: ZeroshotOptions, paper: bool = False) -> dict[str, pd.DataFrame]:
     import pandas as pd
 
@@ -87,6 +94,7 @@ TASK = Task(
     ),
     reporting=Reporting(
         tables=tables,
+        paper_coverage=paper_coverage,
         titles={"table1": "Table 1 layout: zero-shot accuracy (%)"},
         note="zero-shot lm-eval accuracy (%): acc_norm where the task reports it, else acc; average over the tasks",
         summary_keys=["model", "lm_task"],

@@ -28,7 +28,7 @@ from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Running, S
 from diffeval.tasks.blocks import Listing
 from diffeval.tasks.loss.buckets import score
 from diffeval.tasks.loss.nll_options import NLLOptions
-from diffeval.tasks.loss.nll_report import pair_tables, plots, sample_view, tables
+from diffeval.tasks.loss.nll_report import pair_tables, paper_coverage, plots, sample_view, tables
 from diffeval.tasks.loss.windows import Window, cut_windows, token_limits, window_text
 
 
@@ -126,6 +126,7 @@ TASK = Task(
     ),
     reporting=Reporting(
         tables=tables,
+        paper_coverage=paper_coverage,
         titles={
             "nll_bytes": "Bits per byte by byte position",
             "nll_tokens": "NLL per token by token position",

@@ -6,6 +6,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from diffeval.errors import InputError
+from diffeval.longctx.lengths import format_ctx
+from diffeval.paper import coverage
 from diffeval.tasks.base import RunContext, with_cells
 from diffeval.tasks.blocks import Chart, Document, Field, Fields, Mark, Notice, Section, Series, Text
 from diffeval.tasks.loss.buckets import LN2, STRIP_BINS, bucket_edges, common_windows, position_table, shared_tokens
@@ -191,3 +193,11 @@ def sample_view(
         pieces += [Mark([shown], note=note), "\n\n"]
     title = f"the {DIFFERING_BINS} stretches where {a} and {b} differ most"
     return Document([*blocks, Section([Text(pieces, style="document")], title=title)])
+
+
+def paper_coverage(records: pd.DataFrame, options: NLLOptions) -> str:
+    """Figure 4 is a plot of NLL by position on books up to 64K (no numbers to set beside a table)."""
+    longest = int(records["ctx"].max())
+    has = [f"positions up to {format_ctx(longest)}"] if longest >= 65536 else []
+    lacks = [] if has else [f"positions up to 64K (this run reaches {format_ctx(longest)})"]
+    return coverage("Figure 4 (a plot of NLL by position on books)", has, lacks)
