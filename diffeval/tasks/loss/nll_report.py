@@ -72,9 +72,9 @@ def tables(records: pd.DataFrame, options: NLLOptions, paper: bool = False) -> d
     left_out = f" {dropped} window(s) that not every model scored are left out." if dropped else ""
     documents, windows = records["group"].nunique(), records["sample_id"].nunique()
     alone = " One document: no interval (the bootstrap resamples whole documents)." if documents < 2 else ""
-    who = "Every model" if records["model"].nunique() > 1 else "The model"
+    who = "Every model scored the same" if records["model"].nunique() > 1 else "The model scored"
     out["nll_bytes"].attrs["note"] = (
-        f"{view} {who} scored the same {scored:,} bytes ({counted(documents, 'document')}, "
+        f"{view} {who} {scored:,} bytes ({counted(documents, 'document')}, "
         f"{counted(windows, 'window')}).{left_out}{alone}" + (f" {PAPER_NOTE}" if paper else "")
     )
     return out
