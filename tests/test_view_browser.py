@@ -186,6 +186,46 @@ def test_screenshot_of_the_built_in_pair(page, tmp_path):
         server.server_close()
 
 
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_tables_take_the_page_until_a_sample_opens(page, tmp_path, width):
+    """No sample open: the tables span the page and the built-in pair's 12-column Table 2 does not scroll sideways.
+    A sample opened: its pane shows beside the tables, in the window; closed, the tables take the page again."""
+    server, url = _serve(TOY_PAIR)
+    try:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(url)
+        page.wait_for_selector("#sample-list tbody tr")
+        page.screenshot(path=str(tmp_path / f"tables-{width}.png"))
+        assert page.locator("#tables").bounding_box()["width"] >= 0.9 * width
+        table2 = page.locator("table[data-key='table2']")
+        assert table2.locator("thead th").count() == 13  # the model, then 3 lengths × 4 N/R
+        for scroller in (".table-wrap:has(table[data-key='table2'])", "html"):
+            scroll, client = page.locator(scroller).evaluate("node => [node.scrollWidth, node.clientWidth]")
+            assert scroll <= client, f"{scroller} scrolls sideways at {width} px: {scroll} > {client}"
+
+        table2.locator("td.cell-link[data-row='0'][data-col='1']").click()
+        page.locator("#sample-list tbody tr.sample-row").first.click()
+        page.wait_for_selector(".prompt[data-model='base'] mark.number")
+        page.screenshot(path=str(tmp_path / f"sample-{width}.png"))
+        pane, tables = page.locator("#sample").bounding_box(), page.locator("#tables").bounding_box()
+        assert pane["x"] >= tables["x"] + tables["width"] - 1  # beside the tables, right of them
+        assert pane["x"] + pane["width"] <= width and pane["width"] >= 0.35 * width
+        assert 0 <= pane["y"] < 900  # in the window, where the sample was clicked (the tables are scrolled past)
+        assert page.locator("#sample h2").text_content().startswith("Sample ")
+
+        page.locator("#close-sample").click()
+        page.wait_for_function("!document.querySelector('main').classList.contains('with-sample')")
+        assert page.locator("#tables").bounding_box()["width"] >= 0.9 * width
+        assert page.locator("#sample-list tr.open").count() == 0
+        page.locator("#sample-list tbody tr.sample-row").first.click()  # Esc closes it too
+        page.wait_for_selector("#close-sample")
+        page.keyboard.press("Escape")
+        page.wait_for_function("!document.querySelector('main').classList.contains('with-sample')")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
 PLUGIN = Path(__file__).parent / "plugin"
 
 

@@ -102,21 +102,23 @@ def _length_name(length, shortest: int) -> str:
 def position_curves(frame: pd.DataFrame, models: list[str], lengths: list[str], path: Path, position: str) -> Path:
     """Score by answer depth (`depth`, labelled `position` on the x axis), one line per length (`length`, a length
     name) with its 95 % CI (Wilson for yes/no scores, bootstrap otherwise), one panel per model; saved at `path`."""
+    import numpy as np
+
     from diffeval.intervals import summarize
-    from diffeval.plotting import plt
+    from diffeval.plotting import legend, panels, plt, save, text_width
 
     summary = summarize(frame, ["model", "length", "depth"], "score")
-    fig, axes = plt.subplots(1, len(models), figsize=(0.6 + 4.2 * len(models), 3.4), squeeze=False, sharey=True)
-    for ax, model in zip(axes[0], models):
-        for length in lengths:
+    panel = max(4.2, max(text_width(model, "large") for model in models) + 0.4)
+    fig, axes = panels(len(models), 0.6 + panel * len(models), 3.4, sharey=True)
+    colours = plt.get_cmap("viridis")(np.linspace(0, 0.9, len(lengths)))  # short to long, the same in every panel
+    for ax, model in zip(axes, models):
+        for length, colour in zip(lengths, colours):
             cell = summary[(summary["model"] == model) & (summary["length"] == length)].sort_values("depth")
             if cell.empty:
                 continue
             errors = [cell["accuracy"] - cell["ci_low"], cell["ci_high"] - cell["accuracy"]]
-            ax.errorbar(cell["depth"], cell["accuracy"], yerr=errors, marker="o", capsize=3, label=length)
+            ax.errorbar(cell["depth"], cell["accuracy"], yerr=errors, marker="o", capsize=3, color=colour, label=length)
         ax.set(title=model, xlabel=position, ylim=(-0.05, 1.05))
-    axes[0][0].set_ylabel("accuracy (95 % CI)")
-    axes[0][-1].legend(title="length", fontsize=7)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
-    return path
+    axes[0].set_ylabel("accuracy (95 % CI)")
+    legend(fig, axes, title="length")
+    return save(fig, path)

@@ -26,12 +26,9 @@ def read_log(path: str) -> pd.DataFrame:
 
 def plot_losses(logs: dict[str, str], out: str | Path) -> Path:
     frames = {name: read_log(path) for name, path in logs.items()}  # every log checked before anything is drawn
-    import matplotlib
+    from diffeval.plotting import legend, panels, save
 
-    matplotlib.use("Agg")  # headless: training machines have no display
-    import matplotlib.pyplot as plt
-
-    fig, (dense, answer) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, (dense, answer) = panels(2, 11, 4)
     for name, frame in frames.items():
         smooth = frame[["loss", "answer_loss"]].rolling(25, min_periods=1).mean()
         dense.plot(frame["step"], smooth["loss"], label=name)
@@ -40,13 +37,10 @@ def plot_losses(logs: dict[str, str], out: str | Path) -> Path:
         axis.set_xlabel("step")
         axis.set_title(title + " (25-step mean)")
         axis.set_yscale("log")
-        axis.legend()
     # dotted lines: where a run's curriculum moved on to a longer context
     for frame in frames.values():
         for step in frame["step"][frame["length"].diff() > 0]:
             dense.axvline(step, color="grey", linestyle=":", linewidth=0.8)
             answer.axvline(step, color="grey", linestyle=":", linewidth=0.8)
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return Path(out)
+    legend(fig, [dense, answer])
+    return save(fig, Path(out))

@@ -183,25 +183,22 @@ def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     """Answer and noise shares by depth, both models side by side; per-layer answer share curves."""
-    from diffeval.plotting import plt
+    from diffeval.plotting import legend, panels, save
 
     by_depth = records.groupby(["depth", "model"], sort=False)[["answer_share", "noise_share"]].mean().unstack()
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    depths, models = by_depth.shape[0], records["model"].nunique()
+    fig, axes = panels(2, 2 * max(5.5, 0.8 + depths * (0.15 * models + 0.3)), 4)  # a group of bars per depth
     for ax, column, title in zip(axes, ("answer_share", "noise_share"), ("attention to answer", "attention noise")):
         by_depth[column].plot.bar(ax=ax, rot=0)
         ax.set(title=f"{title} (raw share, headline map)", xlabel="needle depth (%)", ylabel="share")
         ax.axhline(0, color="black", linewidth=0.5)
-    fig.tight_layout()
-    bars = folder / "attention_by_depth.png"
-    fig.savefig(bars, dpi=120)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(6, 4))
+    legend(fig, axes, title="model")
+    bars = save(fig, folder / "attention_by_depth.png")
+    fig, (ax,) = panels(1, 6, 4)
     _per_layer_table(records).plot(ax=ax, marker="o")
     ax.set(title="attention to answer per layer (raw)", xlabel="layer", ylabel="share")
-    fig.tight_layout()
-    curves = folder / "attention_per_layer.png"
-    fig.savefig(curves, dpi=120)
-    plt.close(fig)
+    legend(fig, [ax])
+    curves = save(fig, folder / "attention_per_layer.png")
     return [bars, curves]
 
 

@@ -76,34 +76,40 @@ def tables(records: pd.DataFrame, options: IclOptions, paper: bool = False) -> d
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
-    from diffeval.plotting import plt
+    from diffeval.plotting import legend, panels, plt, save, text_width
 
     scored = _scored(records)
     names = list(scored["dataset"].unique())
-    fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 3.6), squeeze=False)
-    for ax, name in zip(axes[0], names):
+    fig, axes = panels(len(names), 0.6 + 4.5 * len(names), 3.6, sharey=True)
+    for ax, name in zip(axes, names):
         curve = scored[scored["dataset"] == name].groupby(["shots", "model"])["score"].mean().unstack()
         curve.plot(ax=ax, marker="o", logx=bool(curve.index.max() > 10 * max(curve.index.min(), 1)))
-        ax.set(title=f"{name}: accuracy vs shots", xlabel="shots", ylabel="accuracy")
-    fig.tight_layout()
-    shots_png = folder / "icl_accuracy_vs_shots.png"
-    fig.savefig(shots_png, dpi=120)
-    plt.close(fig)
+        ax.set(title=f"{name}: accuracy vs shots", xlabel="shots")
+    axes[0].set_ylabel("accuracy")
+    legend(fig, axes, title="model")
+    shots_png = save(fig, folder / "icl_accuracy_vs_shots.png")
+
+    # one group of boxes per setting, a box per model side by side in the model's colour
     per_run = scored.groupby(SUMMARY_KEYS, sort=False)["score"].mean().reset_index()
-    per_run["group"] = per_run["dataset"] + " " + per_run["shots"].astype(str) + "-shot " + per_run["order"]
-    fig, ax = plt.subplots(figsize=(max(6, 1.2 * per_run["group"].nunique() * per_run["model"].nunique()), 4))
-    labels, data = [], []
-    for (group, model), values in per_run.groupby(["group", "model"], sort=False)["score"]:
-        labels.append(f"{group}\n{model}")
-        data.append(values.to_numpy())
-    ax.boxplot(data)
-    ax.set_xticks(range(1, len(labels) + 1), labels, rotation=30, ha="right", fontsize=7)
+    per_run["setting"] = per_run["dataset"] + "\n" + per_run["shots"].astype(str) + "-shot " + per_run["order"]
+    settings, models = list(per_run["setting"].unique()), list(per_run["model"].unique())
+    group = max(max(text_width(setting, "small") for setting in settings) + 0.2, 0.35 * len(models) + 0.2)
+    fig, (ax,) = panels(1, max(6.0, 1.0 + group * len(settings)), 4)
+    width = 0.8 / len(models)
+    for m, model in enumerate(models):
+        runs = per_run[per_run["model"] == model]
+        present = [s for s in settings if (runs["setting"] == s).any()]
+        colour = plt.get_cmap("tab10")(m % 10)
+        boxes = ax.boxplot(
+            [runs.loc[runs["setting"] == s, "score"].to_numpy() for s in present],
+            positions=[settings.index(s) - 0.4 + width * (m + 0.5) for s in present],
+            widths=width * 0.8, patch_artist=True, boxprops={"facecolor": colour}, medianprops={"color": "black"},
+        )["boxes"]  # fmt: skip
+        boxes[0].set_label(model)  # the legend's entry (boxplot's own `label` needs matplotlib 3.9)
+    ax.set_xticks(range(len(settings)), settings, fontsize="small")
     ax.set(title="accuracy across orders of the same demonstrations", ylabel="accuracy")
-    fig.tight_layout()
-    box_png = folder / "icl_order_robustness.png"
-    fig.savefig(box_png, dpi=120)
-    plt.close(fig)
-    return [shots_png, box_png]
+    legend(fig, [ax], title="model")
+    return [shots_png, save(fig, folder / "icl_order_robustness.png")]
 
 
 def sample_view(context: RunContext[IclOptions], records: dict[str, dict], tokenizer_for, full_text: bool | None):

@@ -20,22 +20,22 @@ if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
-    from diffeval.plotting import plt
+    from diffeval.plotting import legend, panels, save, text_width
 
     judged = records.dropna(subset=["score"])
     bars = judged.pivot_table(index="dataset", columns="model", values="score", aggfunc="mean", sort=False)
     proxy = (records["judge_kind"] == "proxy").any()
-    ax = bars.plot.bar(rot=0, figsize=(7, 3.6))
+    # a dataset's group is as wide as its name or its bars, one a model
+    group = max(max(text_width(str(name)) for name in bars.index) + 0.2, 0.3 * len(bars.columns) + 0.3)
+    fig, (ax,) = panels(1, max(6.0, 1.0 + group * len(bars)), 3.6)
+    bars.plot.bar(ax=ax, rot=0)
     ax.set(
         ylim=(0, 1),
         ylabel="proxy score" if proxy else "hallucination-free fraction",
         title="overlap PROXY (not a hallucination rate)" if proxy else "judged hallucination-free",
     )
-    path = folder / "hallucination.png"
-    ax.figure.tight_layout()
-    ax.figure.savefig(path, dpi=120)
-    plt.close(ax.figure)
-    return [path]
+    legend(fig, [ax], title="model")
+    return [save(fig, folder / "hallucination.png")]
 
 
 def tables(records: pd.DataFrame, options: HallucinationOptions, paper: bool = False) -> dict[str, pd.DataFrame]:

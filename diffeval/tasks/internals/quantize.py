@@ -102,20 +102,16 @@ def tables(records: pd.DataFrame, options: QuantizeOptions, paper: bool = False)
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
-    from diffeval.plotting import plt
+    from diffeval.plotting import legend, panels, save
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (ax,) = panels(1, 6, 4)
     for (model, task), group in records.groupby(["model", "lm_task"], sort=False):
         group = group.sort_values("bits")
         ax.plot(group["bits"], group["acc_norm"], marker="o", label=f"{model} · {task}")
     ax.set(xlabel="attention logit bits", ylabel="accuracy (acc_norm)", title="accuracy vs attention-logit bits")
     ax.invert_xaxis()
-    ax.legend()
-    fig.tight_layout()
-    path = folder / "quantize_accuracy_vs_bits.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+    legend(fig, [ax])
+    return [save(fig, folder / "quantize_accuracy_vs_bits.png")]
 
 
 # lm-eval reports acc or acc_norm per task, not always both: a missing one is stored as null

@@ -130,12 +130,12 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     when the tokenizers differ), every model on one plot."""
     import numpy as np
 
-    from diffeval.plotting import plt
+    from diffeval.plotting import legend, panels, save
 
     records = common_windows(records)
     shared = shared_tokens(records)
     value, count, scale = ("token_nll", "token_counts", 1.0) if shared else ("byte_nll", "bucket_bytes", LN2)
-    fig, ax = plt.subplots(figsize=(6.5, 4))
+    fig, (ax,) = panels(1, 6.5, 4)
     for model, group in records.groupby("model", sort=False):
         sums = np.asarray(group[value].tolist()).sum(axis=0)
         counts = np.asarray(group[count].tolist()).sum(axis=0)
@@ -147,12 +147,8 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
     documents, windows = records["group"].nunique(), records["sample_id"].nunique()
     ax.set_title(f"NLL by position ({counted(documents, 'document')}, {counted(windows, 'window')})")
     ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    path = folder / "nll_curve.png"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return [path]
+    legend(fig, [ax], title="model")
+    return [save(fig, folder / "nll_curve.png")]
 
 
 # ---- view --------------------------------------------------------------------------------------------------------

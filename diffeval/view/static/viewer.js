@@ -127,12 +127,10 @@ async function selectRun(id) {
   state.filters = emptyFilters();
   state.cellLabel = "";
   state.page = 0;
-  state.sample = null;
+  closeSample();
   document.querySelectorAll("#runs button").forEach((b) => b.classList.toggle("active", Number(b.dataset.run) === id));
   renderRun(run);
   renderTables(run);
-  document.getElementById("sample").replaceChildren(
-    el("p", { class: "hint" }, "Click a table cell to list its samples, then a sample to see it on every model."));
   let index;
   try {
     index = await load(`runs/${id}/index`);
@@ -333,25 +331,47 @@ function renderList() {
 }
 
 // ---- one sample ----------------------------------------------------------------------------------------------
+// The pane takes the right half only while a sample is open: closed, it is one line of hint and the tables have the
+// page's width.
+function closeSample() {
+  state.sample = null;
+  document.querySelector("main").classList.remove("with-sample");
+  document.querySelectorAll("#sample-list tr.sample-row.open").forEach((tr) => tr.classList.remove("open"));
+  document.getElementById("sample").replaceChildren(
+    el("p", { class: "hint" }, "Click a table cell to list its samples, then a sample to see it on every model."));
+}
+
+document.addEventListener("keydown", (event) => { if (event.key === "Escape" && state.sample !== null) closeSample(); });
+
+function sampleHead(id) {
+  return el("div", { class: "pane-head" }, el("h2", {}, `Sample ${id}`),
+    el("button", { type: "button", id: "close-sample", title: "close the sample (Esc): the tables take the page again",
+      onclick: closeSample }, "close ×"));
+}
+
 async function openSample(id, full = false) {
   state.sample = id;
   const run = state.run;
+  document.querySelector("main").classList.add("with-sample");
   document.querySelectorAll("#sample-list tr.sample-row").forEach((tr) => tr.classList.toggle("open", tr.dataset.sample === id));
   const pane = document.getElementById("sample");
   pane.replaceChildren(el("p", { class: "hint" }, "loading…"));
-  let detail;
+  let detail, failure;
   try {
     detail = await load(`runs/${run.id}/samples/${encodeURIComponent(id)}`, full ? "full=1" : "");
   } catch (error) {
-    pane.replaceChildren(el("p", { class: "warning" }, `could not load sample ${id}: ${error.message}`));
+    failure = error;
+  }
+  if (state.sample !== id || state.run !== run) return; // closed, or another sample or run was opened meanwhile
+  if (failure) {
+    pane.replaceChildren(sampleHead(id), el("p", { class: "warning" }, `could not load sample ${id}: ${failure.message}`));
     return;
   }
-  if (state.sample !== id || state.run !== run) return; // another sample or run was opened meanwhile
   const records = detail.records;
   const first = Object.values(records)[0] || {};
   const compared = detail.comparison;
   const parts = [
-    el("h2", {}, `Sample ${id}`),
+    sampleHead(id),
     el("dl", { class: "fields" }, state.catalog.params.flatMap((p) => [el("dt", {}, p), el("dd", {}, fmt(first[p]))])),
     el("table", { class: "result", id: "comparison" },
       el("thead", {}, el("tr", {}, compared.headings.map((h) => el("th", {}, h)))),
