@@ -281,7 +281,8 @@ def test_help_is_readable_at_80_columns_with_every_default(monkeypatch):
         result = run_cli_in_process(*path, "--help")
         assert result.returncode == 0, result.stderr
         assert all(len(line) <= 80 for line in result.stdout.splitlines()), path
-        assert not re.findall(r"<(?:str|int|float|path|list\[\w+\])>", result.stdout), path  # values by name (OUT), not type (<str>)
+        # values shown by name (--out OUT), not by Python type (<str>)
+        assert not re.findall(r"<(?:str|int|float|path|list\[\w+\])>", result.stdout), path
         blocks = _option_blocks(result.stdout)
         assert not [name for name in blocks if "…" in name], path
         for param in command.params:
