@@ -348,10 +348,11 @@ def models_inspect(
     dtype: Annotated[str, Opt(help="auto | float32 | bfloat16 | float16")] = "auto",
     trust_remote_code: Annotated[bool, Opt("--trust-remote-code")] = False,
 ) -> None:
-    """Architecture summary; for DIFF models λ_init and the learned λ of every layer."""
+    """Architecture summary, every layer's kind; for DIFF models λ_init and the learned λ of every layer."""
     from diffeval.models.checkpoints.check import check_checkpoint
     from diffeval.models.checkpoints.loading import load_model
     from diffeval.models.lambda_probe import per_token_lambdas
+    from diffeval.models.layer_kinds import cache_text, kinds, layer_runs
     from diffeval.models.variants import registry as variants
     from diffeval.models.variants.base import PER_TOKEN
 
@@ -389,6 +390,12 @@ def models_inspect(
     ):
         table.add_row(label, str(value))
     console.print(table)
+    pattern = Table(title="layer pattern (identical layers in runs)")
+    for column in ("layers", "kind", "vLLM cache"):
+        pattern.add_column(column)
+    for span, layer in layer_runs(kinds(info)):
+        pattern.add_row(span, layer.describe(), cache_text(layer))
+    console.print(pattern)
     if info.lambdas:
         lambdas = Table(title="λ per layer (λ = exp(λq1·λk1) − exp(λq2·λk2) + λ_init)")
         for column in ("layer", "λ_init", "λ (learned)"):

@@ -100,6 +100,45 @@ def tiny_models(tmp_path_factory) -> dict[str, Path]:
     return {name: root / name for name in ("diff", "base", "base_a", "tok_a", "tok_b")}
 
 
+def build_tiny_jamba(tokenizer_dir: Path, out: Path, layers: int = 4, seed: int = 4) -> Path:
+    """A tiny random JambaForCausalLM (transformers' Mamba + attention hybrid) saved with its tokenizer: every odd
+    layer attention (attn_layer_period 2, offset 1), every even one a Mamba mixer; one expert, so no MoE layer."""
+    import torch
+    from transformers import JambaConfig, JambaForCausalLM, PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    torch.manual_seed(seed)
+    config = JambaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        attn_layer_period=2,
+        attn_layer_offset=1,
+        num_experts=1,
+        mamba_d_state=8,
+        mamba_d_conv=4,
+        mamba_expand=2,
+        use_mamba_kernels=False,  # no CUDA kernels on CPU (transformers 5.24 ignores the key: it picks the torch path)
+        max_position_embeddings=8192,
+        bos_token_id=0,
+        eos_token_id=1,
+        pad_token_id=2,
+        tie_word_embeddings=True,
+    )
+    JambaForCausalLM(config).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_jamba(tiny_models, tmp_path_factory) -> Path:
+    """A tiny Jamba around tokenizer A (base_a's): layers 0 and 2 Mamba, 1 and 3 attention."""
+    return build_tiny_jamba(tiny_models["tok_a"], tmp_path_factory.mktemp("jamba") / "jamba")
+
+
 @pytest.fixture(scope="session")
 def real_models(tmp_path_factory) -> dict[str, Path]:
     """diff-/base- × mistral/llama3: random Llama and DiffLlama weights around the two real tokenizers."""

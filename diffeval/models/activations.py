@@ -6,7 +6,9 @@
   nearest of the 2^b − 1 symmetric levels. Only positions the mask allows take part. b = 16 leaves logits untouched.
 - `diffeval_logit_stats`: the model's sdpa attention, plus running statistics of |logit| over all causal positions
   (top-k and a log-spaced histogram), computed in row chunks so no T×T map is held at once.
-DiffLlama calls the interface twice per layer with the same queries and keys; statistics count each layer once.
+DiffLlama calls the interface twice per layer with the same queries and keys; statistics count each layer once. Only
+layers that attend call the interface (a hybrid's Mamba layers never do): both say which layers they saw, keyed by
+decoder index, for the caller to hold against the model's layer kinds.
 """
 
 from __future__ import annotations
@@ -56,12 +58,14 @@ def _valid_positions(attention_mask, q_len: int, k_len: int, device, module) -> 
 class QuantSettings:
     bits: int = 16
     granularity: str = "row"
+    layers: set[int] = field(default_factory=set)  # the decoder layers whose logits went through it
 
 
 _quant = QuantSettings()
 
 
 def quantized_attention(module, query, key, value, attention_mask, scaling=None, **kwargs):
+    _quant.layers.add(module.layer_idx)
     groups = query.shape[1] // key.shape[1]
     key = key.repeat_interleave(groups, dim=1)
     value = value.repeat_interleave(groups, dim=1)
@@ -78,14 +82,15 @@ def quantized_attention(module, query, key, value, attention_mask, scaling=None,
 
 @contextmanager
 def quantized_logits(model, bits: int, granularity: str = "row"):
-    """Within the block, `model` runs attention with its logits quantized to `bits` bits."""
+    """Within the block, `model` runs attention with its logits quantized to `bits` bits; the yielded set fills with
+    the decoder layers whose logits were quantized."""
     AttentionInterface.register(QUANT_IMPL, quantized_attention)
     AttentionMaskInterface.register(QUANT_IMPL, eager_mask)
     previous = model.config._attn_implementation
-    _quant.bits, _quant.granularity = bits, granularity
+    _quant.bits, _quant.granularity, _quant.layers = bits, granularity, set()
     model.set_attn_implementation(QUANT_IMPL)
     try:
-        yield model
+        yield _quant.layers
     finally:
         model.set_attn_implementation(previous)
 

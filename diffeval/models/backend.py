@@ -155,7 +155,8 @@ class Backend(Protocol):
 
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int) -> Any:
         """A (layers, heads, rows, segments) float array (numpy): per-head attention weight on each key segment,
-        for chosen rows only; and the per-token λ of a DIFF V2 model at those rows, (layers, h, rows), else None."""
+        for chosen rows only, over the layers whose kind attends (`info.layer_kinds`); and the per-token λ of a DIFF
+        V2 model at those rows, (layers, h, rows), else None."""
 
     def torch_module(self) -> Any:
         """An object with `.model` and `.tokenizer`: the loaded transformers objects, for tasks that need them."""

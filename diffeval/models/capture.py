@@ -6,7 +6,8 @@ each row at once to per-segment sums (answer, other needles, noise, ...), so mem
 Module hooks would see pre-RoPE projections; the interface sees exactly what attention uses. DiffLlama calls the
 interface twice per layer with the same queries and keys (two halves of V), so each layer is captured once. DIFF V2
 (diffllama2) calls it once with 2h query heads; its per-token λ at the chosen rows is caught by a pre-hook on each
-layer's attention, from the same input x its lambda_proj reads.
+layer's attention, from the same input x its lambda_proj reads. Only layers that attend call the interface: a hybrid's
+Mamba layers (Jamba's) are not captured, and the backend checks that the captured layers are those whose kind attends.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from diffeval.errors import InputError
 from diffeval.models.diff import v2_lambda
+from diffeval.models.layer_kinds import attention_layers
 from diffeval.models.variants import registry as variants
 from diffeval.models.variants.base import PER_TOKEN
 
 CAPTURE_IMPL = "diffeval_capture"
 # model types whose attention goes through the interface with (B, H, T, d) post-RoPE queries and causal masks: the
-# baselines' here, and every DIFF variant's (each variant's split into A1 and A2 is the registry's)
-SUPPORTED_MODEL_TYPES = (*variants.model_types(), "llama", "mistral", "qwen2")
+# baselines' here (Jamba: its attention layers, which have no RoPE; its Mamba layers are skipped by kind), and every
+# DIFF variant's (each variant's split into A1 and A2 is the registry's)
+SUPPORTED_MODEL_TYPES = (*variants.model_types(), "llama", "mistral", "qwen2", "jamba")
 
 
 @dataclass
@@ -90,8 +93,10 @@ def capturing(model, rows: list[int], segment_ids: list[int], n_segments: int):
     hooks = []
     variant = variants.variant_of(model.config)
     if variant is not None and variant.lambda_form == PER_TOKEN:  # λ is read at the captured rows
-        for index, layer in enumerate(model.get_decoder().layers):
-            hooks.append(layer.self_attn.register_forward_pre_hook(_row_lambdas(capture, index), with_kwargs=True))
+        decoder_layers = model.get_decoder().layers
+        for index in attention_layers(variants.layers_of(model.config)):
+            attention = decoder_layers[index].self_attn
+            hooks.append(attention.register_forward_pre_hook(_row_lambdas(capture, index), with_kwargs=True))
     model.set_attn_implementation(CAPTURE_IMPL)
     _active = capture
     try:

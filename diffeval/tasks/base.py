@@ -17,6 +17,7 @@ from typing import Any, Generic, TypeVar
 from diffeval.config import RunConfig, assemble, context_field, field_default, flag_name
 from diffeval.errors import InputError
 from diffeval.models.backend import check_backend, default_batch_size, engine_options
+from diffeval.models.layer_kinds import skipped_note
 from diffeval.models.spec import ModelSpec, parse_models
 from diffeval.records import Record
 from diffeval.tasks.blocks import Document, Listing
@@ -204,6 +205,30 @@ def with_rows(table, rows):
     joined = pd.concat([table, rows])
     joined.index.names = table.index.names
     return joined
+
+
+def skipped_layers_by_model(records) -> dict[str, dict[str, str]]:
+    """{model: {decoder index: kind}} of the layers an attention instrument skipped, from the records that list them
+    (`models.layer_kinds.record_fields`: a hybrid's); empty where every model's layers all attend."""
+    if "skipped_layers" not in records:
+        return {}
+    found: dict[str, dict[str, str]] = {}
+    for model, skipped in zip(records["model"], records["skipped_layers"]):
+        if isinstance(skipped, dict) and skipped:
+            found.setdefault(model, skipped)
+    return found
+
+
+def with_skipped_layers(tables: dict, records, subject: str | None = None) -> dict:
+    """Each table's note names the layers its models' attention instruments skipped, and why (their kind), after
+    `subject` (what was skipped, where a table also holds values of every layer); a table whose models' layers all
+    attend is left as it was."""
+    note = skipped_note(skipped_layers_by_model(records))
+    if note:
+        note = f"{subject}: {note}" if subject else note
+        for table in tables.values():
+            table.attrs["note"] = "; ".join(filter(None, (table.attrs.get("note"), note)))
+    return tables
 
 
 def registry(*tasks: Task) -> dict[str, Task]:

@@ -21,6 +21,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.capture import capturing
 from diffeval.models.checkpoints.loading import LoadedModel, check_attn_impl, load_model, load_tokenizer
+from diffeval.models.layer_kinds import check_captured
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, answer_end, cut_at_stop, tokens_through_stop
 
@@ -183,10 +184,12 @@ class HFBackend:
     @torch.inference_mode()
     def attention_rows(self, ids: list[int], rows: list[int], segment_ids: list[int], n_segments: int):
         """(layers, heads, rows, segments) numpy array: each head's softmax weight per key segment, for the chosen
-        rows only; and, for DIFF V2, its per-token λ at those rows, (layers, h, rows) (None otherwise)."""
+        rows only, over the layers that attend (a hybrid's Mamba layers have no map); and, for DIFF V2, its per-token
+        λ at those rows, (layers, h, rows) (None otherwise)."""
         with capturing(self.model, rows, segment_ids, n_segments) as capture:
             # the decoder alone: the LM head over every position would cost T × vocab floats for nothing
             self.model.get_decoder()(input_ids=torch.tensor([ids], device=self.device), use_cache=False)
+        check_captured(self.info, capture.shares, "the attention analysis")
         shares = torch.stack([capture.shares[layer] for layer in sorted(capture.shares)]).float().cpu().numpy()
         lambdas = None
         if capture.lambdas:

@@ -27,9 +27,10 @@ from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.checkpoints import gguf
 from diffeval.models.checkpoints.loading import describe, load_config, load_tokenizer, stop_token_ids
 from diffeval.models.engines.vllm_options import VLLMOptions
+from diffeval.models.layer_kinds import kinds, sequence_cache_bytes
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, cut_at_stop, tokens_through_stop
-from diffeval.models.variants.base import Layer
+from diffeval.models.variants.base import ATTENTION, Layer
 from diffeval.models.variants.registry import vllm_architectures
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
@@ -263,13 +264,10 @@ def _kv_cache_bytes(settings: EngineSettings, info: ModelInfo, dtype: str, devic
     if device == "cuda":
         return None
     width = 2 if dtype in ("bfloat16", "float16") else 4
-    # per layer: the K and V sets it keeps per token (a DiffLlama's two, a V2's one, a Mamba or KV-reusing layer's
-    # none) and the state it keeps per sequence (a Mamba layer's)
-    layers = [Layer(**kind) for kind in info.layer_kinds]
-    kv_sets = sum(layer.cached_kv for layer in layers) if layers else info.layers or 1
-    per_token = kv_sets * 2 * (info.kv_heads or 1) * (info.head_dim or 1) * width
+    # per layer, as its kind says: the K and V sets it keeps per token and the state it keeps per sequence
+    layers = kinds(info) or (Layer(ATTENTION),) * (info.layers or 1)
     longest = options.max_model_len or settings.max_model_len
     # + a few blocks: vLLM rounds up
-    one_sequence = per_token * (longest + 512) + sum(layer.state_elements for layer in layers) * width
+    one_sequence = sequence_cache_bytes(layers, longest + 512, info.kv_heads or 1, info.head_dim or 1, width)
     cap = max(CPU_KV_CACHE_CAP_GIB * 2**30, one_sequence)  # never below what one max-length sequence needs
     return int(min(max(one_sequence * settings.batch_size, 64 * 2**20), cap))

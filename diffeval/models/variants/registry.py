@@ -40,9 +40,14 @@ def model_types() -> tuple[str, ...]:
     return tuple(t for v in VARIANTS for t in v.model_types)
 
 
+# a recurrent (state-space) layer's name in a config's layer list: transformers' `layer_types` calls Mamba, Mamba-2 and
+# other recurrent mixers "linear_attention" (Jamba's, Bamba's, Zamba2's); older `layers_block_type` lists say "mamba"
+RECURRENT_KINDS = ("linear_attention", "mamba", "mamba2")
+
+
 def layers_of(config) -> tuple[Layer, ...]:
     """Every decoder layer's kind: the variant's record, or for a baseline what its config declares (transformers'
-    `layer_types` for sliding and full attention, a hybrid's `layers_block_type` for Mamba layers)."""
+    `layer_types`: sliding and full attention, and a hybrid's recurrent layers; else an older `layers_block_type`)."""
     text_config = config.get_text_config() if hasattr(config, "get_text_config") else config
     variant = variant_of(config)
     if variant is not None:
@@ -54,7 +59,7 @@ def layers_of(config) -> tuple[Layer, ...]:
         return (Layer(ATTENTION, window=window),) * count
     layers = []
     for kind in kinds:
-        if kind in ("mamba", "mamba2"):
+        if kind in RECURRENT_KINDS:
             layers.append(Layer(STATE_SPACE, state_elements=_mamba_state(text_config)))
         else:
             layers.append(Layer(ATTENTION, window=window if kind == "sliding_attention" else None))

@@ -11,6 +11,8 @@ Recipe:
 5. maps (shares.py): a baseline's softmax map; a DIFF model's map 1, map 2 and the differential map A1 − λ·A2, whose
    rows sum to 1 − λ. Shares are given raw and divided by the row sum. The headline number (set beside the paper's)
    is the raw share of the headline map, averaged over heads (the H/2 differential heads for DIFF) and layers.
+6. layers: those whose kind attends (a hybrid's Mamba layers have no map): the per-layer table is indexed by decoder
+   layer, and every table's note names the layers skipped and their kind.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from diffeval.config import option
 from diffeval.errors import InputError
 from diffeval.longctx.lengths import format_ctx, parse_format_ctx
 from diffeval.models.backend import Backend
+from diffeval.models.layer_kinds import analysed_layers, record_fields
 from diffeval.models.tokenizer import encode_in_context
 from diffeval.paper import TABLE3, coverage
 from diffeval.records import MayBeAbsent, Record
@@ -38,7 +41,19 @@ from diffeval.tasks.analyses.shares import (
     sample_view,
     segments_out,
 )
-from diffeval.tasks.base import Listing, Reporting, RunContext, Running, Scoring, Task, Viewing, with_cells, with_rows
+from diffeval.tasks.base import (
+    Listing,
+    Reporting,
+    RunContext,
+    Running,
+    Scoring,
+    Task,
+    Viewing,
+    skipped_layers_by_model,
+    with_cells,
+    with_rows,
+    with_skipped_layers,
+)
 from diffeval.tasks.haystack import needle
 from diffeval.tasks.haystack.needle_options import NeedleOptions
 from diffeval.tasks.haystack.recipe import check_haystack, fitted_prompt, make_samples_for, sizing_for
@@ -108,6 +123,7 @@ def evaluate(batch: list[HaystackSample], backend: Backend, context: RunContext[
             "answer_share_normalized": mean(headline["answer"]) / mean(headline["row_sum"]),
             "noise_share_normalized": mean(headline["noise"]) / mean(headline["row_sum"]),
             "shares": maps,
+            **record_fields(backend.info),
         }
         seconds = time.perf_counter() - start
         records.append(Record("attention", backend.info.name, sample.sample_id, len(prompt.ids), 0, seconds, fields))
@@ -154,7 +170,7 @@ def attention_tables(records: pd.DataFrame, options: AttentionOptions, paper: bo
     out["segments"] = segments_out(frame)
     per_layer = _per_layer_table(frame)
     out["per_layer"] = with_cells(per_layer, [{}] * len(per_layer), [{"model": m} for m in frame["model"].unique()])
-    return out
+    return with_skipped_layers(out, frame)
 
 
 def _paper_rows(depths: list[int]) -> pd.DataFrame:
@@ -168,13 +184,15 @@ def _paper_rows(depths: list[int]) -> pd.DataFrame:
 
 
 def _per_layer_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Raw answer share of the headline map per layer (rows = layers, columns = models)."""
+    """Raw answer share of the headline map per layer (rows = decoder layers that attend, columns = models)."""
     import pandas as pd
 
     columns = {}
+    skipped = skipped_layers_by_model(frame)
     for model, group in frame.groupby("model", sort=False):
         name = HEADLINE_MAP[bool(group["is_diff"].iloc[0])]
-        layers = pd.DataFrame([shares[name]["answer"] for shares in group["shares"]])
+        values = [shares[name]["answer"] for shares in group["shares"]]
+        layers = pd.DataFrame(values, columns=analysed_layers(len(values[0]), skipped.get(model, {})))
         columns[f"{model} ({name})"] = layers.mean()
     table = pd.DataFrame(columns)
     table.index.name = "layer"
@@ -214,6 +232,7 @@ RECORD_SCHEMA = {
     "noise_share_normalized": float,
     "shares": MAPS_SCHEMA,
     "rows": MayBeAbsent(list[int]),  # the view's title
+    "skipped_layers": MayBeAbsent(dict[str, str]),  # a hybrid's layers without attention: {decoder index: kind}
 }
 
 

@@ -11,7 +11,8 @@ Recipe:
 4. backend: per layer and head, the softmax weight each segment receives in that row (shares.per_map_shares): a
    baseline's one map; a DIFF model's map 1, map 2 and the differential map A1 − λ·A2 of its variant.
 5. report: per model and map, the share on the answer against the share on the distractors, in total and per token,
-   by length and setting; the differential map should put less on the distractors than either of its maps.
+   by length and setting; the differential map should put less on the distractors than either of its maps. Only
+   layers whose kind attends are read; the tables' note names a hybrid's skipped layers and their kind.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from diffeval.config import int_list, option
 from diffeval.errors import InputError
 from diffeval.longctx.lengths import format_ctx, parse_format_ctx
 from diffeval.models.backend import Backend
+from diffeval.models.layer_kinds import record_fields
 from diffeval.records import MayBeAbsent, Record
 from diffeval.tasks.analyses.shares import (
     MAPS_SCHEMA,
@@ -46,6 +48,7 @@ from diffeval.tasks.base import (
     Task,
     Viewing,
     with_cells,
+    with_skipped_layers,
 )
 from diffeval.tasks.haystack import mk_niah, vt
 from diffeval.tasks.haystack.options import DepthOptions
@@ -149,6 +152,7 @@ def evaluate(batch: list[HaystackSample], backend: Backend,
             "distractor_share": fmean(headline["needles"]),
             "noise_share": fmean(headline["noise"]),
             "shares": maps,
+            **record_fields(backend.info),
         }
         seconds = time.perf_counter() - start
         records.append(Record("distractor-attention", backend.info.name, sample.sample_id, len(prompt.ids), 0,
@@ -184,7 +188,7 @@ def distractor_tables(records: pd.DataFrame, options: DistractorAttentionOptions
     table = pd.DataFrame(rows).set_index(["model", "variant", "map", "length", "setting"])
     out = {"answer_vs_distractors": with_cells(table.round(4), cells, [{}] * table.shape[1])}
     out["segments"] = segments_out(frame)
-    return out
+    return with_skipped_layers(out, frame)
 
 
 def check_inputs(context: RunContext[DistractorAttentionOptions]) -> None:
@@ -218,6 +222,7 @@ RECORD_SCHEMA = {
     "noise_share": float,
     "shares": MAPS_SCHEMA,
     "seed": MayBeAbsent(int),
+    "skipped_layers": MayBeAbsent(dict[str, str]),  # a hybrid's layers without attention: {decoder index: kind}
 }
 
 TASK = Task(

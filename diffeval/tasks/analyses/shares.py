@@ -3,7 +3,9 @@
 A prompt's key positions are cut into SEGMENTS; the backend gives, per layer and head, the softmax weight each
 segment receives in the query rows (never a T×T map). A baseline has one softmax map per head; a DIFF model's maps
 split as its variant pairs heads into map 1, map 2 and the differential map A1 − λ·A2 (whose rows sum to 1 − λ).
-The headline map is the differential one for DIFF models and the softmax one for baselines.
+The headline map is the differential one for DIFF models and the softmax one for baselines. Only layers whose kind
+attends have maps: a hybrid's record lists the layers it skipped (`skipped_layers`, models/layer_kinds.py), its
+per-layer values are those of the other layers, in order, and its tables name the skipped layers in a note.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
+from diffeval.models.layer_kinds import analysed_layers, attention_layers, kinds, skipped_text
 from diffeval.models.variants import registry as variants
 from diffeval.models.variants.base import PER_TOKEN
 from diffeval.tasks.base import RunContext
@@ -42,9 +45,9 @@ def measure(backend: Backend, ids: list[int], rows: list[int], segment_ids: list
 
 
 def per_map_shares(shares: Any, info: Any, row_lambdas: Any = None) -> MapShares:
-    """(layers, heads, rows, segments) array → {map: {segment or row_sum: [per-layer mean over heads and rows]}}.
-    A DIFF model's maps split as its variant pairs heads (its record, models/variants/), with the layer's λ (V1: heads i
-    and i + H/2) or each row's (V2: adjacent query heads)."""
+    """(layers, heads, rows, segments) array over the layers that attend → {map: {segment or row_sum: [per-layer
+    mean over heads and rows]}}. A DIFF model's maps split as its variant pairs heads (its record, models/variants/),
+    with the layer's λ (V1: heads i and i + H/2) or each row's (V2: adjacent query heads)."""
     variant = variants.by_name(info.diff_variant) if info.is_diff else None
     if info.is_diff and variant is None:
         raise InputError(
@@ -52,12 +55,14 @@ def per_map_shares(shares: Any, info: Any, row_lambdas: Any = None) -> MapShares
             "into A1 and A2: run the attention analysis on it as :base, or add its variant (docs/contributing.md)"
         )
     split = variant.code(variant.split_maps) if variant else None
+    # the decoder index of each captured layer, by which a layer's λ is found (a ModelInfo that lists no kinds: all)
+    layers = attention_layers(kinds(info)) if info.layer_kinds else range(len(shares))
     per_layer_maps = []
-    for layer, layer_shares in enumerate(shares):
+    for position, (layer, layer_shares) in enumerate(zip(layers, shares, strict=True)):
         if variant is None or split is None:
             per_layer_maps.append({"softmax": layer_shares})
         elif variant.lambda_form == PER_TOKEN:
-            per_layer_maps.append(split(layer_shares, row_lambdas[layer]))
+            per_layer_maps.append(split(layer_shares, row_lambdas[position]))
         else:
             per_layer_maps.append(split(layer_shares, info.lambdas[layer]["lambda"]))
     out: MapShares = {}
@@ -119,10 +124,11 @@ def sample_view(context: RunContext[Any], records: dict[str, dict], tokenizer_fo
     for model, record in records.items():
         charts: list[Block] = []
         for name, shares in (record.get("shares") or {}).items():
-            layers = len(shares["answer"])
+            layers = analysed_layers(len(shares["answer"]), record.get("skipped_layers") or {})
             series = [Series(segment, shares[segment], SEGMENT_COLOURS[segment]) for segment in SEGMENTS]
-            charts.append(Chart([f"L{i}" for i in range(layers)], series, title=name, model=model))
+            charts.append(Chart([f"L{i}" for i in layers], series, title=name, model=model))
         rows = ", ".join(str(r) for r in record.get("rows") or [])
-        title = f"{model}: attention shares per layer, query rows {rows}"
+        skipped = skipped_text(record.get("skipped_layers") or {})
+        title = f"{model}: attention shares per layer, query rows {rows}" + (f"; {skipped}" if skipped else "")
         sections.append(Section(charts, title=title, model=model))
     return Document(sections)

@@ -3,8 +3,10 @@
 Recipe:
 1. samples: sequences of `seq_len` tokens cut from one haystack text stream (the same text for every model; each
    model tokenizes it and cuts its own sequences), enough of them to cover `tokens`.
-2. backend: one forward per sequence. Attention logits QKᵀ/√d of every layer and head (for DIFF both maps) over all
-   causal positions, computed in row chunks through the attention interface; hidden states = each layer's output.
+2. backend: one forward per sequence. Attention logits QKᵀ/√d of every layer that attends and every head (for DIFF
+   both maps) over all causal positions, computed in row chunks through the attention interface (a hybrid's Mamba
+   layers have none: its records list them, and the tables' note names them and their kind); hidden states = each
+   layer's output.
 3. statistics, streaming: a running top-100 and a log-spaced histogram of |value| per layer; memory does not grow
    with the token budget. The median is read from the histogram (relative error ≤ 0.28 %, one bin's width).
 4. tables: top-1, top-2, top-3, top-10, top-100 and the median per model and activation, overall and per layer.
@@ -22,9 +24,11 @@ from diffeval.config import context_option, option, parse_ctx
 from diffeval.data.haystack import haystack_sentences
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
+from diffeval.models.layer_kinds import check_attends, check_captured, record_fields
+from diffeval.models.variants import registry as variants
 from diffeval.paper import TABLE5, coverage
-from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells
+from diffeval.records import MayBeAbsent, Record, sample_id
+from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells, with_skipped_layers
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
@@ -67,7 +71,13 @@ def make_samples(options, seed: int, limit: int | None = None, prepared=None) ->
 
 
 def check_inputs(context: RunContext[OutliersOptions]) -> None:
+    """The haystack reads, and every model has a layer that attends (the attention logits are read there)."""
+    from diffeval.models.checkpoints.loading import load_config
+
     haystack_sentences(context.options.haystack, context.seed, 10)
+    for spec in context.models:
+        layers = variants.layers_of(load_config(spec, context.trust_remote_code))
+        check_attends(spec.name, layers, "outliers")
 
 
 _streams: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -104,6 +114,7 @@ def evaluate(batch: list[Sequence], backend: Backend, context: RunContext[Outlie
         ids = torch.tensor([bos + body], device=loaded.model.device)
         with torch.inference_mode(), logit_statistics(loaded.model) as logit_stats:
             out = loaded.model.get_decoder()(input_ids=ids, use_cache=False, output_hidden_states=True)
+        check_captured(backend.info, logit_stats, "outliers")
         hidden = {}
         for layer, states in enumerate(out.hidden_states[1:]):
             hidden[layer] = RunningStats()
@@ -115,6 +126,7 @@ def evaluate(batch: list[Sequence], backend: Backend, context: RunContext[Outlie
             "max_hidden_state": max(float(s.top[0]) for s in hidden.values()),
             "attention_logits": _serialise(logit_stats),
             "hidden_states": _serialise(hidden),
+            **record_fields(backend.info),
         }
         seconds = time.perf_counter() - start
         records.append(Record("outliers", backend.info.name, sequence.sample_id, ids.shape[1], 0, seconds, fields))
@@ -184,13 +196,16 @@ def tables(records: pd.DataFrame, options: OutliersOptions, paper: bool = False)
     per_layer.index.names = ["model", "activation", "layer"]
     tokens = records.groupby("model", sort=False)["prompt_tokens"].sum().to_frame("tokens")
     ours = set(records["model"])
-    return {
+    attention = {  # the tables of attention logits, which a hybrid's layers without attention have none of
         "table5": with_cells(
             table5.round(4), [{"model": m} if m in ours else None for m, _ in table5.index], [{}] * table5.shape[1]
         ),
         "outliers_per_layer": with_cells(
             per_layer.round(4), [{"model": m} for m, _, _ in per_layer.index], [{}] * per_layer.shape[1]
         ),
+    }
+    return {
+        **with_skipped_layers(attention, records, "attention logits"),
         "outlier_tokens": with_cells(tokens, [{"model": m} for m in tokens.index], [{}]),
     }
 
@@ -203,6 +218,7 @@ RECORD_SCHEMA = {
     "max_hidden_state": float,
     "attention_logits": PER_LAYER,
     "hidden_states": PER_LAYER,
+    "skipped_layers": MayBeAbsent(dict[str, str]),  # a hybrid's layers without attention: {decoder index: kind}
 }
 
 

@@ -4,7 +4,8 @@ Recipe:
 1. samples: one per (bits, lm-eval task).
 2. backend: the model runs the `diffeval_quant` attention implementation (dynamic absmax quantization of the
    pre-softmax logits at the chosen granularity; 16 bits = unquantized) and lm-eval's HF wrapper evaluates it
-   zero-shot on the task (HellaSwag by default; acc_norm and acc are reported).
+   zero-shot on the task (HellaSwag by default; acc_norm and acc are reported). Only layers that attend have logits:
+   a hybrid's Mamba layers run as they are, its records list them, and the tables' note names them and their kind.
 3. tables: accuracy by bits per model and task, and an accuracy-vs-bits plot for both models.
 """
 
@@ -18,9 +19,10 @@ from typing import TYPE_CHECKING
 from diffeval.config import int_list, option, parse_str_list
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
+from diffeval.models.layer_kinds import check_captured, record_fields
 from diffeval.models.lmeval import LmEvalOptions
-from diffeval.records import Record, sample_id
-from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells
+from diffeval.records import MayBeAbsent, Record, sample_id
+from diffeval.tasks.base import Reporting, RunContext, Running, Scoring, Task, with_cells, with_skipped_layers
 from diffeval.tasks.internals.lmeval import check_lm_tasks, lm_eval_results
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
@@ -72,8 +74,9 @@ def evaluate(batch: list[Setting], backend: Backend, context: RunContext[Quantiz
     records = []
     for setting in batch:
         start = time.perf_counter()
-        with quantized_logits(loaded.model, setting.bits, options.granularity):
+        with quantized_logits(loaded.model, setting.bits, options.granularity) as quantized:
             [metrics] = lm_eval_results(loaded, [setting.lm_task], options, context.limit).values()
+        check_captured(backend.info, quantized, "quantize")
         fields = {
             "lm_task": setting.lm_task,
             "bits": setting.bits,
@@ -82,6 +85,7 @@ def evaluate(batch: list[Setting], backend: Backend, context: RunContext[Quantiz
             "acc_norm": metrics.get("acc_norm", metrics.get("acc")),
             "metrics": metrics,
             "limit": context.limit,
+            **record_fields(backend.info),
         }
         seconds = time.perf_counter() - start
         records.append(Record("quantize", backend.info.name, setting.sample_id, 0, 0, seconds, fields))
@@ -98,7 +102,7 @@ def tables(records: pd.DataFrame, options: QuantizeOptions, paper: bool = False)
         out[f"figure8_{metric}"] = with_cells(
             table, [{"model": m, "lm_task": t} for m, t in table.index], [{"bits": b} for b in table.columns]
         )
-    return out
+    return with_skipped_layers(out, records, "quantized attention logits")
 
 
 def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
@@ -115,7 +119,13 @@ def plots(records: pd.DataFrame, folder: Path) -> list[Path]:
 
 
 # lm-eval reports acc or acc_norm per task, not always both: a missing one is stored as null
-RECORD_SCHEMA = {"lm_task": str, "bits": int, "acc": float | None, "acc_norm": float | None}
+RECORD_SCHEMA = {
+    "lm_task": str,
+    "bits": int,
+    "acc": float | None,
+    "acc_norm": float | None,
+    "skipped_layers": MayBeAbsent(dict[str, str]),  # a hybrid's layers without attention: {decoder index: kind}
+}
 
 
 TASK = Task(
