@@ -20,6 +20,8 @@ os.environ["DIFFEVAL_CACHE_DIR"] = tempfile.mkdtemp(prefix="diffeval-verdicts-")
 from diffeval.data.cities import CITIES  # noqa: E402
 from diffeval.data.haystack import NOISE_SENTENCES  # noqa: E402
 from diffeval.models.tiny import build_tiny_model, train_tokenizer  # noqa: E402
+from diffeval.models.variants.base import Variant  # noqa: E402
+from diffeval.models.variants.registry import VARIANTS  # noqa: E402
 from diffeval.tasks.haystack import needle  # noqa: E402
 
 SHARED_DATASETS = Path(__file__).resolve().parents[2] / "shared" / "datasets"
@@ -137,6 +139,34 @@ def build_tiny_jamba(tokenizer_dir: Path, out: Path, layers: int = 4, seed: int 
 def tiny_jamba(tiny_models, tmp_path_factory) -> Path:
     """A tiny Jamba around tokenizer A (base_a's): layers 0 and 2 Mamba, 1 and 3 attention."""
     return build_tiny_jamba(tiny_models["tok_a"], tmp_path_factory.mktemp("jamba") / "jamba")
+
+
+# The parity suites (tests/test_parity.py, tests/test_vllm.py) run on every shape every registered DIFF variant's record
+# declares, "<variant>-<shape>" → (variant, shape): a variant gets them by registering
+PARITY_SHAPES: dict[str, tuple[Variant, str]] = {
+    f"{variant.name}-{shape}": (variant, shape) for variant in VARIANTS for shape in variant.fixture_shapes
+}
+
+
+def parity_shapes(variant: str) -> list[str]:
+    """The parity checkpoints of one variant, for a test of what only that variant has."""
+    return [key for key, (found, _) in PARITY_SHAPES.items() if found.name == variant]
+
+
+@pytest.fixture(scope="session")
+def variant_checkpoint(tiny_models, tmp_path_factory):
+    """A PARITY_SHAPES key → that checkpoint's folder, built by the variant's own fixture around tokenizer A once per
+    session (the first call) and shared by the hf and vLLM suites."""
+    root = tmp_path_factory.mktemp("variants")
+    built: dict[str, Path] = {}
+
+    def checkpoint(key: str) -> Path:
+        if key not in built:
+            variant, shape = PARITY_SHAPES[key]
+            built[key] = variant.code(variant.fixture)(shape, tiny_models["tok_a"], root / key)
+        return built[key]
+
+    return checkpoint
 
 
 @pytest.fixture(scope="session")

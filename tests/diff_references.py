@@ -8,14 +8,19 @@ nothing with diffeval's conversion code:
 - transformers' DiffLlama attention as axolotl's converter (axolotl-ai-cloud/diff-transformer, plugin/convert.py)
   leaves it: with `sublayer_norm: false` its `groupnorm` is `nn.Identity()` and the (1 − λ_init) factor stays.
 
-Every function takes a plain state dict (name → tensor) and a config dict and runs in fp32, one head at a time.
+Every function takes a plain state dict (name → tensor) and a config dict and runs in fp32, one head at a time;
+`diffllama_logits` and `diffllama2_logits` read a checkpoint folder of transformers' DiffLlama (V1) and of diffeval's
+DiffLlama2 (V2), the parity suite's references for the two (tests/test_parity.py).
 """
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 
 def lambda_init(depth: int) -> float:
@@ -50,12 +55,14 @@ def rope_rotate_half(x: torch.Tensor, theta: float) -> torch.Tensor:
     return torch.cat([x0 * a.cos() - x1 * a.sin(), x0 * a.sin() + x1 * a.cos()], dim=-1)
 
 
-def softmax_map(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """Causal softmax(q kᵀ / √d) for one head: q, k (B, T, d) → (B, T, T)."""
+def softmax_map(q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None = None) -> torch.Tensor:
+    """softmax(q kᵀ / √d) for one head: q, k (B, T, d) → (B, T, T); causal, or over the keys `allowed` (B, T, T)
+    lets each query see (a padded batch)."""
     length = q.shape[1]
     logits = q @ k.transpose(1, 2) * q.shape[-1] ** -0.5
-    future = torch.ones(length, length, dtype=torch.bool).triu(1)
-    return torch.softmax(logits.masked_fill(future, float("-inf")), dim=-1)
+    if allowed is None:
+        allowed = torch.ones(length, length, dtype=torch.bool).tril()
+    return torch.softmax(logits.masked_fill(~allowed, float("-inf")), dim=-1)
 
 
 def _lambda(p: dict, prefix: str, depth: int) -> torch.Tensor:
@@ -130,18 +137,21 @@ def multihead_flashdiff_2(p: dict, prefix: str, x: torch.Tensor, depth: int, the
     return _paper_v1_output(p, prefix, heads, depth)
 
 
-def multihead_flashdiffv2(p: dict, prefix: str, x: torch.Tensor, depth: int, theta: float) -> torch.Tensor:
+def multihead_flashdiffv2(
+    p: dict, prefix: str, x: torch.Tensor, depth: int, theta: float, rope=rope_interleaved, allowed=None
+) -> torch.Tensor:
     """multihead_flashdiffv2.py: one flash attention with 2h query heads over h_kv KV heads (query head j reads KV head
-    j // (2h / h_kv)), then out[0::2] − sigmoid(lambda_proj(x)) · out[1::2], o_proj."""
+    j // (2h / h_kv)), then out[0::2] − sigmoid(lambda_proj(x)) · out[1::2], o_proj. `rope` is the file's interleaved
+    rotary unless given (diffeval's DiffLlama2 rotates halves, as transformers does); `allowed` as in `softmax_map`."""
     h = p[prefix + "lambda_proj.weight"].shape[0]
     batch, length, _ = x.shape
     q = (x @ p[prefix + "q_proj.weight"].T).view(batch, length, 2 * h, -1)
     d = q.shape[-1]
     k = (x @ p[prefix + "k_proj.weight"].T).view(batch, length, -1, d)
     v = (x @ p[prefix + "v_proj.weight"].T).view(batch, length, -1, d)
-    q, k = rope_interleaved(q, theta), rope_interleaved(k, theta)
+    q, k = rope(q, theta), rope(k, theta)
     per_kv = 2 * h // k.shape[2]
-    out = [softmax_map(q[:, :, j], k[:, :, j // per_kv]) @ v[:, :, j // per_kv] for j in range(2 * h)]
+    out = [softmax_map(q[:, :, j], k[:, :, j // per_kv], allowed) @ v[:, :, j // per_kv] for j in range(2 * h)]
     lam = torch.sigmoid(x @ p[prefix + "lambda_proj.weight"].T)  # (B, T, h)
     heads = [out[2 * i] - lam[:, :, i : i + 1] * out[2 * i + 1] for i in range(h)]
     return torch.cat(heads, dim=-1) @ p[prefix + "o_proj.weight"].T
@@ -197,3 +207,25 @@ PAPER_MODULES = {
     "flashdiff2": multihead_flashdiff_2,
     "v2": multihead_flashdiffv2,
 }
+
+
+def checkpoint(folder: Path | str) -> tuple[dict, dict]:
+    """A checkpoint folder's state dict (model.safetensors) and config (config.json)."""
+    folder = Path(folder)
+    return load_file(folder / "model.safetensors"), json.loads((folder / "config.json").read_text())
+
+
+@torch.no_grad()
+def diffllama_logits(folder: Path | str, ids: torch.Tensor, norm: bool = True) -> torch.Tensor:
+    """A transformers DiffLlama checkpoint (DIFF V1) through `axolotl_diffllama`: (B, T) ids → logits; `norm=False`
+    is axolotl's `sublayer_norm: false`."""
+    p, config = checkpoint(folder)
+    return llama_logits(p, config, axolotl_diffllama(norm), ids, eps=config["rms_norm_eps"])
+
+
+@torch.no_grad()
+def diffllama2_logits(folder: Path | str, ids: torch.Tensor) -> torch.Tensor:
+    """A DiffLlama2 checkpoint (DIFF V2 in diffeval's layout: the paper's tensor names, transformers' rotate-half
+    rotary) through `multihead_flashdiffv2`: (B, T) ids → logits."""
+    p, config = checkpoint(folder)
+    return llama_logits(p, config, multihead_flashdiffv2, ids, rope=rope_rotate_half)

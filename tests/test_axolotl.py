@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from transformers import DiffLlamaForCausalLM
 
 from conftest import run_cli_in_process
-from diff_references import axolotl_diffllama, llama_logits
+from diff_references import diffllama_logits as reference_logits
 from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.spec import ModelSpec
 from diffeval.models.tiny import build_tiny_model
@@ -59,13 +59,6 @@ def diffllama(tiny_models, tmp_path_factory) -> Path:
 def no_norm(diffllama, tmp_path_factory) -> Path:
     """The same weights with the config axolotl writes for `--no-sublayer-norm`."""
     return with_config(diffllama, tmp_path_factory.mktemp("axolotl") / "no-norm", **AXOLOTL_KEYS)
-
-
-def reference_logits(folder: Path, ids: torch.Tensor, norm: bool) -> torch.Tensor:
-    config = json.loads((folder / "config.json").read_text())
-    with torch.no_grad():
-        return llama_logits(load_file(folder / "model.safetensors"), config, axolotl_diffllama(norm), ids,
-                            eps=config["rms_norm_eps"])  # fmt: skip
 
 
 def _logits(folder: Path, ids: torch.Tensor) -> torch.Tensor:

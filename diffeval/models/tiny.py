@@ -12,6 +12,7 @@ from transformers import DiffLlamaConfig, DiffLlamaForCausalLM, LlamaConfig, Lla
 
 from diffeval.models.variants.diffllama2.modeling import DiffLlama2Config, DiffLlama2ForCausalLM
 from diffeval.models.variants.motif.modeling import MotifConfig, MotifForCausalLM
+from diffeval.models.variants.registry import register
 
 SPECIAL_TOKENS = ["<s>", "</s>", "<pad>"]
 # kind → (config class, model class); any other kind builds the Llama baseline
@@ -61,9 +62,11 @@ def tiny_config(
     ffn: int = 128,
     max_positions: int = 8192,
     rope_theta: float = 10000.0,
+    **config_keys,
 ):
     """Matched configs: same heads and head_dim for all kinds. "diff" (V1) pairs two maps per head over a double-width
-    V; "diff2" (V2) keeps `heads` differential heads, each from two of its 2 × `heads` query heads."""
+    V; "diff2" (V2) keeps `heads` differential heads, each from two of its 2 × `heads` query heads. `config_keys` set
+    any other config key (tie_word_embeddings, initializer_range, a variant's own such as Motif's num_noise_heads)."""
     common = dict(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -79,15 +82,33 @@ def tiny_config(
         pad_token_id=2,
         tie_word_embeddings=True,
     )
-    return KINDS.get(kind, KINDS["base"])[0](**common)
+    return KINDS.get(kind, KINDS["base"])[0](**{**common, **config_keys})
 
 
-def build_tiny_model(kind: str, tokenizer_dir: str | Path, out_dir: str | Path, seed: int = 0, **sizes):
-    """A randomly initialised tiny model saved with its tokenizer: a real checkpoint for plumbing tests."""
+def build_tiny_model(
+    kind: str, tokenizer_dir: str | Path, out_dir: str | Path, seed: int = 0, spread: float = 0.0, **sizes
+):
+    """A randomly initialised tiny model saved with its tokenizer: a real checkpoint for plumbing tests. `spread` adds
+    Gaussian noise of that standard deviation to every one-dimensional parameter (norm weights, λ vectors, PolyNorm's
+    weights and bias), which initialisation leaves at constants: then no check passes on code that ignores one."""
     tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    register()  # the classes transformers does not ship build from what it registers (Motif's PolyNorm activation)
     torch.manual_seed(seed)
     config = tiny_config(kind, len(tokenizer), **sizes)
     model = KINDS.get(kind, KINDS["base"])[1](config)
+    if spread:
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() == 1:
+                    parameter.add_(spread * torch.randn_like(parameter))
     model.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return model
+
+
+def build_variant_fixture(kind: str, sizes: dict, tokenizer_dir: str | Path, out_dir: str | Path) -> Path:
+    """A DIFF variant's parity checkpoint (its record's `fixture`): a tiny model of `kind` with `sizes` (its seed among
+    them) around the tokenizer in `tokenizer_dir`, every weight drawn wide (std 0.1, norms and λ included) so that
+    attention maps are far from uniform and a misread weight shows in the logits."""
+    build_tiny_model(kind, tokenizer_dir, out_dir, spread=0.1, initializer_range=0.1, **sizes)
+    return Path(out_dir)

@@ -69,8 +69,11 @@ class Variant:
     norm: str  # what follows the subtraction
     layers: str  # "module:function(config) → tuple[Layer, ...]": every decoder layer's kind, in order
     split_maps: str  # "module:function" (head shares, λ of the layer or of the rows) → {"A1", "A2", "diff"}
-    # the parity suites' checkpoints: "module:function(shape, tokenizer_dir, out_dir) → Path" builds a random one of
-    # each named shape (each a head layout worth checking), so a registered variant gets every suite
+    # the parity suites' checkpoints (tests/test_parity.py, tests/test_vllm.py): "module:function(shape, tokenizer_dir,
+    # out_dir) → Path" saves a random checkpoint of the named shape around the tokenizer in tokenizer_dir, the same one
+    # on every call (each shape carries its seed), with head_dim 32 or 64 (vLLM's CPU attention) and every weight
+    # random, norms and λ included; fixture_shapes names the shapes the suites run (each a head layout worth
+    # checking, the first also through the command line), so a registered variant gets every suite
     fixture: str | None = None
     fixture_shapes: tuple[str, ...] = ()
     vllm_model: str | None = None  # "module:Class" diffeval's vLLM plugin registers for `architectures[0]`
