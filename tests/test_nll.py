@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import SHARED_DATASETS, pair_options, run_cli, run_cli_in_process
+from conftest import SHARED_DATASETS, pair_options, parity_shapes, run_cli, run_cli_in_process
 from diffeval.data import books
 from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.models.spec import ModelSpec
+from diffeval.models.variants.registry import VARIANTS
 from diffeval.tasks.loss import buckets as loss_buckets
 from diffeval.tasks.loss import nll_options, nll_report
 from diffeval.tasks.loss.windows import Window
@@ -49,20 +50,10 @@ def hf_diff(tiny_models):
     backend.close()
 
 
-@pytest.fixture(scope="module", params=["diff", "base", "diff2", "motif"])
-def variant(request, tiny_models, tmp_path_factory):
-    """An hf backend of every DIFF variant in the registry (V1, V2, Motif) and of a Llama."""
-    if request.param in ("diff", "base"):
-        path = tiny_models[request.param]
-    elif request.param == "diff2":
-        from diffeval.models.tiny import build_tiny_model
-
-        path = tmp_path_factory.mktemp("v2") / "diff2"
-        build_tiny_model("diff2", tiny_models["tok_a"], path, seed=4, hidden=64, heads=4, kv_heads=2, head_dim=16)
-    else:
-        from motif_reference import write_tiny_motif
-
-        path = write_tiny_motif(tmp_path_factory.mktemp("motif") / "motif", tiny_models["tok_a"], heads=4, kv_heads=2)
+@pytest.fixture(scope="module", params=["base", *(parity_shapes(v.name)[0] for v in VARIANTS)])
+def variant(request, tiny_models, variant_checkpoint):
+    """An hf backend of a Llama and of every DIFF variant in the registry (the first shape its record declares)."""
+    path = tiny_models["base"] if request.param == "base" else variant_checkpoint(request.param)
     backend = make_backend(ModelSpec("m", str(path)), EngineSettings(device="cpu"), "hf")
     yield backend
     backend.close()
