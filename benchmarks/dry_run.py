@@ -46,7 +46,7 @@ def dry_run(ctx: str, folder: Path) -> tuple[float, int, dict[str, tuple[int, in
     totals = {}
     for line in result.stdout.splitlines():
         cells = [cell.strip().replace(",", "") for cell in line.split("│")[1:-1]]
-        if len(cells) == 6 and cells[1].isdigit():
+        if len(cells) == 7 and cells[1].isdigit():
             totals[cells[0]] = (int(cells[3]), int(cells[4]))
     return seconds, peak, totals, result.stdout
 
@@ -86,7 +86,7 @@ def _estimates(stdout: str) -> dict[str, float | None]:
     found = {}
     for line in stdout.splitlines():
         cells = [cell.strip() for cell in line.split("│")[1:-1]]
-        if len(cells) == 6 and cells[1].replace(",", "").isdigit():
+        if len(cells) == 7 and cells[1].replace(",", "").isdigit():
             found[cells[0]] = _seconds(cells[5])
     return found
 

@@ -166,7 +166,8 @@ class RunConfig:
     tokens_per_s: float | None = option(
         None,
         help="--dry-run: estimate the time at this many tokens/s per model (prompt + generated, as the progress bar "
-        "counts them); without it, at the rate an earlier run folder of the same models recorded",
+        "counts them); without it, at the rate an earlier run folder of the same models recorded on this machine, "
+        "else from each model's config and this machine's matmul rate",
         type=float,
         identity=False,
     )

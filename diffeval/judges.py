@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from diffeval import machine
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 
@@ -349,7 +350,7 @@ def make_judge(
     device: str = "auto",
     backend: str = "hf",
 ) -> Judge:
-    cache = VerdictCache(cache_dir or os.environ.get("DIFFEVAL_CACHE_DIR") or Path.home() / ".cache" / "diffeval")
+    cache = VerdictCache(cache_dir or machine.cache_dir())
     kind, _, rest = spec.partition(":")
     if spec == "overlap":
         return OverlapJudge(cache)

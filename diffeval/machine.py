@@ -66,6 +66,12 @@ def gpu_names() -> list[str] | None:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
+def cache_dir() -> Path:
+    """Where diffeval keeps what it measured or built once per machine or file (GGUF conversions, judge verdicts,
+    the matmul rate): $DIFFEVAL_CACHE_DIR, else ~/.cache/diffeval."""
+    return Path(os.environ.get("DIFFEVAL_CACHE_DIR") or Path.home() / ".cache" / "diffeval")
+
+
 def machine_record(engine: str, threads: int | None) -> dict[str, Any]:
     """What run.json records of the machine: the speed of its records holds on a machine with the same record."""
     return {"cpu": cpu_model(), "cores": usable_cores(), "gpus": gpu_names(), "engine": engine, "threads": threads}

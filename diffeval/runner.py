@@ -7,6 +7,8 @@ model is closed. The runner holds the run folder's lock for as long as it writes
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +27,7 @@ from rich.progress import (
 from rich.text import Text
 
 from diffeval.config import RunConfig
-from diffeval.estimate import dry_run
+from diffeval.estimate import bound_per_sample, dry_run, long_run_notice
 from diffeval.lock import FolderLock
 from diffeval.machine import machine_record
 from diffeval.models.backend import EngineSettings, check_model, make_backend, open_tokenizer
@@ -80,6 +82,11 @@ def make_samples(task: Task, config: RunConfig) -> list:
     return task.running.make_samples(config.options, config.seed, config.limit, prepared)
 
 
+def samples_under_limit(task: Task, config: RunConfig, limit: int) -> list:
+    """The run's samples under --limit `limit`: what the smaller command a long run suggests would run."""
+    return make_samples(task, dataclasses.replace(config, limit=limit))
+
+
 def check(config: RunConfig) -> dict[str, dict]:
     """The check stage of one run, before any work: every model (config, weights, tokenizer, head layout, engine,
     positions), then the task's inputs (data, judges and their checkpoints). Returns the models' infos."""
@@ -98,8 +105,9 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
     infos = check(config) if infos is None else infos
     folder = RunFolder(config.out_dir())
     folder.check_identity(config)  # before the lock: a refused run leaves the folder as it was
+    samples_for = functools.partial(samples_under_limit, task, config)
     if config.dry_run:
-        Console().print(dry_run(config, task, folder, make_samples(task, config)), soft_wrap=True)
+        Console().print(dry_run(config, task, folder, make_samples(task, config), samples_for, console), soft_wrap=True)
         return None
     cluster: AbstractContextManager[Any] = nullcontext()
     if config.ray:  # an unreachable cluster or a missing install is refused before the folder is touched
@@ -116,6 +124,9 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
         if records.duplicates:
             console.print(f"note: {records.duplicates} duplicate record(s) in {folder.samples_path}; the first is kept")
         done = records.done_keys()
+        bounds = bound_per_sample(config, task, samples)
+        for line in long_run_notice(config, bounds, done, samples, samples_for, bound=True) if bounds else []:
+            console.print(line, highlight=False, soft_wrap=True)
         total = len(samples) * len(config.models)
         finished = sum((spec.name, s.sample_id) in done for spec in config.models for s in samples)
         if finished:

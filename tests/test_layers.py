@@ -20,7 +20,7 @@ LAYERS = [
     ["diffeval.judges"],
     ["diffeval.longctx"],
     ["diffeval.tasks"],
-    ["diffeval.estimate"],
+    ["diffeval.estimate", "diffeval.speed"],
     ["diffeval.runner", "diffeval.suite", "diffeval.toy", "diffeval.scale"],
     ["diffeval.report"],
     ["diffeval.view"],

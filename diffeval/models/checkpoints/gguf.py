@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diffeval.errors import InputError
+from diffeval.machine import cache_dir
 
 INSTALL = "pip install 'diffeval[gguf]'"
 
@@ -196,7 +197,7 @@ def _untied(state: dict) -> dict:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("DIFFEVAL_CACHE_DIR", Path.home() / ".cache" / "diffeval")) / "gguf"
+    return cache_dir() / "gguf"
 
 
 def dequantized(file: GGUFFile, model: str) -> Path:
