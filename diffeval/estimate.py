@@ -31,6 +31,7 @@ from diffeval.models.spec import ModelSpec, model_path
 from diffeval.models.tokenizer import PromptTokenizer
 from diffeval.results import RUN_FILE, RunFolder
 from diffeval.tasks.base import RunContext, Task
+from diffeval.wording import counted
 
 # A recorded rate times only samples whose prompts are within this factor of its records' size: the rate falls as
 # prompts grow (attention is quadratic in the prompt, and each generated token attends to all of it), so a rate
@@ -235,12 +236,8 @@ def _label(ctx: int | None, lengths: list[Length]) -> str:
 
 def _describe(machine: dict[str, Any]) -> str:
     gpus = ", ".join(machine["gpus"]) if machine["gpus"] else "no GPU" if machine["gpus"] == [] else "GPUs unknown"
-    threads = _count(machine["threads"], "thread")
+    threads = counted(machine["threads"], "thread")
     return f"{machine['cpu']}, {machine['cores']} cores, {gpus}, {machine['engine']}, {threads}"
-
-
-def _count(number: int | None, noun: str) -> str:
-    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def calibrated_rates(
