@@ -294,6 +294,9 @@ def test_viewer_tables_show_the_reports_texts(task_runs, tmp_path):
         for row in paired["rows"]:
             for column in ("difference", "ci_low", "ci_high"):
                 text = row["texts"][paired["columns"].index(column)]
+                if text == "":  # an interval that cannot be computed (n = 1) is empty, and the row says why
+                    assert row["texts"][paired["columns"].index("reading")], row
+                    continue
                 assert re.fullmatch(r"-?\d+\.\d{3}", text), text
     grid = next(t for t in summary(open_run(0, FIXTURE))["tables"] if t["key"] == "table2")
     assert grid["rows"][1]["texts"][0] == "1.000" and grid["rows"][0]["texts"][0] == "0.900"  # the example
