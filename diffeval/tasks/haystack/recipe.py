@@ -125,11 +125,16 @@ def check_haystack(context: RunContext[Any]) -> None:
     haystack_sentences(context.options.haystack, context.seed, 10)
 
 
+def prompt_budget(recipe: Recipe, sample: HaystackSample, backend: Backend, context: RunContext[Any]) -> int:
+    """The tokens the sample's prompt may take: its length less the answer it reserves."""
+    return sample.ctx - recipe.token_limit(sample, backend, context)
+
+
 def fitted_prompt(recipe: Recipe, sample: HaystackSample, backend: Backend, context: RunContext[Any]) -> HaystackPrompt:
     """The sample's prompt fitted to ctx minus its token limit (the task, the attention analyses and the viewer build
     prompts this one way); refused, naming the most that fits where the recipe says, when even no haystack leaves
     room."""
-    budget = sample.ctx - recipe.token_limit(sample, backend, context)
+    budget = prompt_budget(recipe, sample, backend, context)
     too_long = recipe.refusal(sample)
     try:
         return recipe.fit(sample, backend, budget, context.chat_template, too_long)
@@ -148,7 +153,8 @@ def check_fits_with(recipe: Recipe) -> Callable[[RunContext[Any], dict], Any]:
         from diffeval.models.tokenizer import PromptTokenizer
 
         prompt_tokenizers: list[Any] = [PromptTokenizer(tokenizer, name) for name, tokenizer in tokenizers.items()]
-        may_shrink = recipe.shrink_for_builtin is not None and all(s.spec in builtin_models() for s in context.models)
+        builtin = all(spec.spec in builtin_models() for spec in context.models)
+        shrink = recipe.shrink_for_builtin if builtin else None
         options, overflowed = context.options, None
         while True:
             try:
@@ -159,11 +165,10 @@ def check_fits_with(recipe: Recipe) -> Callable[[RunContext[Any], dict], Any]:
                             fitted_prompt(recipe, sample, tokenizer, replace(context, options=options))
                 break
             except InputError:
-                if not may_shrink:
+                if shrink is None:
                     raise
-                budget = sample.ctx - recipe.token_limit(sample, tokenizer, context)
-                assert recipe.shrink_for_builtin is not None
-                smaller = recipe.shrink_for_builtin(options, sample, tokenizer, budget, context.chat_template)
+                budget = prompt_budget(recipe, sample, tokenizer, context)
+                smaller = shrink(options, sample, tokenizer, budget, context.chat_template)
                 if smaller is None:
                     raise
                 options, overflowed = smaller, overflowed or sample.ctx
