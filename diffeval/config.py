@@ -35,6 +35,7 @@ def option(
     identity: bool = True,
     cli: bool = True,
     context: bool = False,
+    distinct: bool = True,
 ) -> Any:
     """A declared option.
 
@@ -43,9 +44,12 @@ def option(
     type: the value's type when the default is None. identity=False: the option does not change what is computed
     (sample counts, placement, caches), so a run folder resumes with a different value. cli=False: YAML only; on a
     RunConfig field: only the tasks that list it in their `run_options` take it (the others refuse it).
-    context=True: the run's context lengths; declare them with `context_option`.
+    context=True: the run's context lengths; declare them with `context_option`. distinct=False: a parsed list whose
+    values may repeat (one of several lists read in pairs); otherwise a repeated value is refused.
     """
     metadata = {"help": help, "flag": flag, "parse": parse, "type": type, "identity": identity, "cli": cli}
+    if not distinct:
+        metadata["distinct"] = False
     if context:  # the run's context lengths: declared through `context_option`
         metadata["context"] = True
     if isinstance(default, list):
@@ -92,19 +96,24 @@ def parse_ctx(text: str | int | list) -> list[int]:
     lengths = []
     for item in items:
         token = str(item).strip()
-        match = re.fullmatch(r"(\d+)\s*([kK]?)", token)
+        match = re.fullmatch(r"([0-9]+)\s*([kK]?)", token)
         if not match or int(match.group(1)) == 0:
             raise InputError(f"bad context length {token!r}: use a positive integer or NNk, e.g. 4k,8k or 65536")
         lengths.append(int(match.group(1)) * (1024 if match.group(2) else 1))
     return lengths
 
 
+def is_count(token: str) -> bool:
+    """A non-negative integer written in ASCII digits. `str.isdigit` also accepts '²' or '①', which `int` rejects."""
+    return token.isascii() and token.isdigit()
+
+
 def parse_int_list(text: str | int | list, what: str = "value") -> list[int]:
     items = text if isinstance(text, list) else str(text).split(",")
-    try:
-        return [int(str(item).strip()) for item in items]
-    except ValueError:
-        raise InputError(f"bad {what} {text!r}: use integers separated by commas, e.g. 0,50,100") from None
+    tokens = [str(item).strip() for item in items]
+    if not all(re.fullmatch(r"-?[0-9]+", token) for token in tokens):  # int() also takes '٣' and '1_0'
+        raise InputError(f"bad {what} {text!r}: use integers separated by commas, e.g. 0,50,100")
+    return [int(token) for token in tokens]
 
 
 def int_list(what: str):
@@ -302,6 +311,7 @@ def assemble(
                 parsed[name] = str(resources.files("diffeval") / value[len("package:") :])
             elif declared[name].metadata.get("parse") and value is not None:
                 parsed[name] = declared[name].metadata["parse"](value)
+                _refuse_repeats(declared[name], parsed[name])
     for name, value in {**option_values, **engine_values, **values}.items():
         _check_type(name, value, declared.get(name) or run_fields[name])
     try:
@@ -377,6 +387,18 @@ def _engine_options(backend: str, engines: dict[str, type], values: dict[str, An
         return cls(**{name: value for name, value in values.items() if name in own})
     except TypeError as exc:
         raise InputError(f"bad option value: {exc}") from None
+
+
+def _refuse_repeats(f: Field, value: Any) -> None:
+    """A list option naming one value twice would run (and record) the same samples twice: refuse it."""
+    if not isinstance(value, list) or not f.metadata.get("distinct", True):
+        return
+    seen: set = set()
+    for item in value:
+        key = json.dumps(item, sort_keys=True)
+        if key in seen:
+            raise InputError(f"{flag_name(f)} names {item!r} twice: give each value once")
+        seen.add(key)
 
 
 def _check_type(name: str, value: Any, f: Field) -> None:

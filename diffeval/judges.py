@@ -237,7 +237,7 @@ class ChatJudge(Judge):
 
     def _wait(self, attempt: int, retry_after: str | None) -> float:
         """The server's Retry-After when it gives seconds (capped at 60), else exponential backoff."""
-        if retry_after and retry_after.isdigit():
+        if retry_after and retry_after.isascii() and retry_after.isdigit():  # float("²") fails
             return min(float(retry_after), 60.0)
         return self.backoff * 2 ** (attempt - 1)
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,6 +86,28 @@ class RunFolder:
                 f"{self.path} holds a run with a different config ({', '.join(changed)} differ): "
                 "choose another --out, or pass --overwrite to replace it"
             )
+
+    @contextmanager
+    def undone_on_refusal(self) -> Iterator[None]:
+        """Bad input found after the run started writing (InputError) leaves the folder as it was found, unless
+        records were appended by then (computed results are kept): a folder this run created is removed; in one it
+        found, its run.json is put back and the files it added are removed."""
+        existed = self.path.is_dir()
+        found = {p.name: p.read_bytes() if p.name == RUN_FILE else None for p in self.path.iterdir()} if existed else {}
+        sizes = {p: p.stat().st_size if p.is_file() else 0 for p in (self.samples_path, self.generations_path)}
+        try:
+            yield
+        except InputError:
+            if all((p.stat().st_size if p.is_file() else 0) == size for p, size in sizes.items()):
+                if not existed:
+                    shutil.rmtree(self.path, ignore_errors=True)
+                else:
+                    for child in self.path.iterdir():
+                        if child.name not in found and child.is_file():
+                            child.unlink()
+                    if found.get(RUN_FILE) is not None:
+                        (self.path / RUN_FILE).write_bytes(found[RUN_FILE])
+            raise
 
     def prepare(self, config: RunConfig, metadata: dict[str, Any]) -> None:
         """Start or resume a run (call with the folder's lock held). --overwrite empties the folder first. `metadata`

@@ -106,20 +106,21 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
     folder = RunFolder(config.out_dir())
     folder.check_identity(config)  # before the lock: a refused run leaves the folder as it was
     samples_for = functools.partial(samples_under_limit, task, config)
+    samples = make_samples(task, config)  # sizing refuses what cannot fit before the folder is written
     if config.dry_run:
-        Console().print(dry_run(config, task, folder, make_samples(task, config), samples_for, console), soft_wrap=True)
+        Console().print(dry_run(config, task, folder, samples, samples_for, console), soft_wrap=True)
         return None
     cluster: AbstractContextManager[Any] = nullcontext()
     if config.ray:  # an unreachable cluster or a missing install is refused before the folder is touched
         from diffeval.scale import ray_session
 
         cluster = ray_session(config.ray)
-    with cluster, FolderLock(folder.path, config.break_lock):
+    # a refusal that can only come once a model is loaded (a prompt built in its own tokens) undoes what was written
+    with cluster, folder.undone_on_refusal(), FolderLock(folder.path, config.break_lock):
         machine = machine_record(config.backend, EngineSettings.from_config(config).threads)
         from diffeval.models.checkpoints.loading import library_versions
 
         folder.prepare(config, {"versions": library_versions(), "models": infos, "machine": machine})
-        samples = make_samples(task, config)
         records = folder.read_records()
         if records.duplicates:
             console.print(f"note: {records.duplicates} duplicate record(s) in {folder.samples_path}; the first is kept")

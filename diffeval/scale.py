@@ -23,7 +23,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from typing import Any
 
-from diffeval.config import EngineOptions, RunConfig
+from diffeval.config import EngineOptions, RunConfig, is_count
 from diffeval.errors import InputError, RunFailure
 from diffeval.models.backend import EngineSettings, make_backend
 from diffeval.results import RecordWriter
@@ -74,7 +74,7 @@ def connect(address: str) -> None:
     except ImportError:
         raise InputError('--ray needs Ray: pip install "diffeval[ray]"') from None
     host, sep, port = address.rpartition(":")
-    if sep and port.isdigit() and "://" not in address:  # ray.init waits long where nothing listens: say so at once
+    if sep and is_count(port) and "://" not in address:  # ray.init waits long where nothing listens: say so at once
         try:
             socket.create_connection((host, int(port)), timeout=5).close()
         except OSError as exc:

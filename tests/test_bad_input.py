@@ -24,6 +24,22 @@ def assert_one_line(result, message: str) -> None:
     assert "Traceback" not in result.stderr
 
 
+def assert_refused_in_place(cwd: Path, args: list[str], message: str, kept: tuple[Path, ...] = ()) -> None:
+    """The command, run in `cwd`, is refused in one line (exit 2), creates no run folder under `cwd`/results, and
+    leaves every folder of `kept` (run folders it was pointed at, data it read) byte-identical."""
+    import contextlib
+
+    results = cwd / "results"
+    folders = set(results.iterdir()) if results.is_dir() else set()
+    before = {folder: _snapshot(folder) for folder in kept}
+    with contextlib.chdir(cwd):
+        result = run_cli(*args)
+    assert_one_line(result, message)
+    assert (set(results.iterdir()) if results.is_dir() else set()) == folders, "a refused run created a run folder"
+    for folder, files in before.items():
+        assert _snapshot(folder) == files, f"a refused command changed {folder}"
+
+
 @pytest.fixture(scope="module")
 def broken_checkpoints(tiny_models, tmp_path_factory) -> dict[str, Path]:
     """Copies of a real tiny checkpoint, each damaged one way."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diffeval.config import context_option, option, parse_str_list
+from diffeval.config import context_option, is_count, option, parse_str_list
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 
@@ -17,7 +17,7 @@ def parse_shots(text: str | int | list) -> list:
     out = []
     for item in items:
         token = str(item).strip()
-        if token != "max" and not token.isdigit():
+        if token != "max" and not is_count(token):
             raise InputError(f"bad --shots value {token!r}: use non-negative integers or max, e.g. 1,10,100,max")
         out.append(token if token == "max" else int(token))
     return out
@@ -27,7 +27,7 @@ def parse_orders(orders: list[str]) -> list[tuple[str, int]]:
     parsed = []
     for item in orders:
         kind, _, count = str(item).partition(":")
-        if kind not in ORDER_TYPES or (count and not count.isdigit()) or (count and int(count) < 1):
+        if kind not in ORDER_TYPES or (count and not is_count(count)) or (count and int(count) < 1):
             raise InputError(f"bad order {item!r}: use random:K, alternating:K or grouped[:K], e.g. random:10")
         parsed.append((kind, int(count or 1)))
     return parsed

@@ -17,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from diffeval.config import option
+from diffeval.config import is_count, option
 from diffeval.data.words import vocabulary
 from diffeval.errors import InputError
 from diffeval.longctx import fitting
@@ -64,7 +64,7 @@ class CWEOptions(HaystackOptions):
             raise InputError(f"--common {self.common}: give at least 1 common word")
         if self.frequencies != "ruler":
             parts = self.frequencies.split(",")
-            if len(parts) != 2 or not all(p.isdigit() for p in parts) or not int(parts[0]) > int(parts[1]) >= 1:
+            if len(parts) != 2 or not all(is_count(p) for p in parts) or not int(parts[0]) > int(parts[1]) >= 1:
                 raise InputError(f"--frequencies {self.frequencies!r}: use ruler, or C,R with C > R >= 1 (30,3)")
 
     def counts(self, ctx: int) -> tuple[int, int]:

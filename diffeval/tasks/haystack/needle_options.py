@@ -16,9 +16,9 @@ class NeedleOptions:
 
     ctx: list[int] = context_option([4096], help=options.CTX_HELP)
     needles: list[int] = option([1], help="N, needles per sample; a comma list runs several N/R settings",
-                                parse=int_list("--needles"))  # fmt: skip
+                                parse=int_list("--needles"), distinct=False)  # fmt: skip
     queries: list[int] = option([1], help="R, needles queried per sample; one value or one per N",
-                                parse=int_list("--queries"))  # fmt: skip
+                                parse=int_list("--queries"), distinct=False)  # fmt: skip
     depths: list[int] = option([0, 25, 50, 75, 100], help="depths of the first queried needle in percent, e.g. "
                                "0,25,50,75,100", parse=int_list("--depths"))  # fmt: skip
     samples: int = option(50, help="samples per depth × length × N/R cell", identity=False)
@@ -41,7 +41,10 @@ class NeedleOptions:
         if len(self.needles) != len(self.queries):
             raise InputError(f"--needles {self.needles} and --queries {self.queries} differ in length: give one R "
                              "for all or one R per N")  # fmt: skip
-        for n, r in self.nr_pairs():
+        pairs = self.nr_pairs()
+        for i, (n, r) in enumerate(pairs):
+            if (n, r) in pairs[:i]:
+                raise InputError(f"--needles and --queries name N={n}, R={r} twice: give each setting once")
             if r < 1 or n < r:
                 raise InputError(f"needles N={n}, queries R={r}: need 1 <= R <= N")
             if n > 64:
