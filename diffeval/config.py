@@ -36,6 +36,7 @@ def option(
     cli: bool = True,
     context: bool = False,
     distinct: bool = True,
+    applies: tuple[Any, str] | None = None,
 ) -> Any:
     """A declared option.
 
@@ -46,10 +47,14 @@ def option(
     RunConfig field: only the tasks that list it in their `run_options` take it (the others refuse it).
     context=True: the run's context lengths; declare them with `context_option`. distinct=False: a parsed list whose
     values may repeat (one of several lists read in pairs); otherwise a repeated value is refused.
+    applies: (options → bool, the clause that makes it apply, e.g. "with --probe vt"): an option that acts only beside
+    some other values; given (by flag or YAML) where it would do nothing, it is refused, not ignored.
     """
     metadata = {"help": help, "flag": flag, "parse": parse, "type": type, "identity": identity, "cli": cli}
     if not distinct:
         metadata["distinct"] = False
+    if applies:
+        metadata["applies"] = applies
     if context:  # the run's context lengths: declared through `context_option`
         metadata["context"] = True
     if isinstance(default, list):
@@ -321,7 +326,9 @@ def assemble(
     backend = values.get("backend", field_default(run_fields["backend"]))
     # an unknown backend has no options to build: the caller refuses it (models.backend.check_backend)
     engine = _engine_options(backend, engines, engine_values, engine_fields) if backend in engines else None
-    return RunConfig(task=task, models=models, options=options, engine=engine, **values).validate()
+    config = RunConfig(task=task, models=models, options=options, engine=engine, **values).validate()
+    _refuse_unused(config.options, option_fields, option_values)
+    return config
 
 
 @dataclass(frozen=True)
@@ -399,6 +406,15 @@ def _refuse_repeats(f: Field, value: Any) -> None:
         if key in seen:
             raise InputError(f"{flag_name(f)} names {item!r} twice: give each value once")
         seen.add(key)
+
+
+def _refuse_unused(options: Any, declared: dict[str, Field], given: dict[str, Any]) -> None:
+    """An option given beside values that leave it nothing to do would be ignored: refuse it in one line."""
+    for name, value in given.items():
+        applies = declared[name].metadata.get("applies")
+        if applies and not applies[0](options):
+            shown = ",".join(map(str, value)) if isinstance(value, list) else value
+            raise InputError(f"{flag_name(declared[name])} {shown} applies only {applies[1]}: leave it out")
 
 
 def _check_type(name: str, value: Any, f: Field) -> None:

@@ -61,7 +61,7 @@ def task_runs(tmp_path_factory) -> dict[str, Path]:
     commands = {
         "attention": ["attention", "--ctx", "1k", "--depths", "0,50,100", "--samples", "2"],
         "icl": ["icl", *fixtures, "--shots", "8", "--orders", "random:3", "--test-size", "3"],
-        "hallucination": ["hallucination", *fixtures, "--dataset", "xsum,hotpotqa", "--samples=3", "--judge=overlap"],
+        "hallucination": ["hallucination", *fixtures, "--dataset", "xsum,hotpotqa", "--samples=2", "--judge=overlap"],
         "outliers": ["outliers", "--tokens", "4k", "--ctx", "1k"],
     }
     for name, args in commands.items():

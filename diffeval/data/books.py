@@ -41,6 +41,9 @@ def load(source: str, data_dir: str | None, count: int | None = None) -> list[Do
         raise InputError(
             f"bad --data {source!r}: use books (with --data-dir FOLDER, or the shipped book) or hf:DATASET[:SPLIT]"
         )
+    if count is not None and count > len(documents):
+        raise InputError(f"--docs {count}: --data {source} holds {len(documents)} document(s): give at most "
+                         f"{len(documents)}, or leave --docs out to score them all")  # fmt: skip
     return list(documents[:count] if count is not None else documents)
 
 
@@ -52,23 +55,39 @@ def _books(folder: str) -> tuple[Document, ...]:
         raise InputError(f"--data-dir {folder}: no such folder (it should hold books.jsonl and <id>.txt files)")
     if not index.is_file():
         raise InputError(f"--data-dir {folder}: no books.jsonl (one JSON line per book: id, title, first_chapter_char)")
-    documents = []
-    for number, line in enumerate(index.read_text(encoding="utf-8").splitlines(), 1):
+    documents: list[Document] = []
+    for number, line in enumerate(_text(index).splitlines(), 1):
         if not line.strip():
             continue
         try:
             entry = json.loads(line)
             book_id, title = str(entry["id"]), str(entry.get("title", entry["id"]))
-            first = int(entry.get("first_chapter_char", 0))
+            first = entry.get("first_chapter_char", 0)
         except (ValueError, KeyError, TypeError):
             raise InputError(f"{index}, line {number}: not a book entry (a JSON object with an id)") from None
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            raise InputError(f"{index}, line {number}: first_chapter_char {first!r} is not a character offset: give "
+                             "a whole number from 0")  # fmt: skip
+        if any(d.id == book_id for d in documents):  # its windows would be scored, and recorded, twice
+            raise InputError(f"{index}, line {number}: names {book_id} a second time: list each book once")
         path = root / f"{book_id}.txt"
         if not path.is_file():
             raise InputError(f"{index}, line {number}: names {book_id}, but {path.name} is not in {folder}")
-        documents.append(Document(book_id, title, path.read_text(encoding="utf-8")[first:], book_id))
+        text = _text(path)
+        if first >= len(text):
+            raise InputError(f"{index}, line {number}: first_chapter_char {first:,} is past the end of {path.name} "
+                             f"({len(text):,} characters): give an offset inside the text")  # fmt: skip
+        documents.append(Document(book_id, title, text[first:], book_id))
     if not documents:
         raise InputError(f"{index} lists no books")
     return tuple(documents)
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
 
 
 @lru_cache(maxsize=4)

@@ -99,6 +99,13 @@ def load(name: str, data_dir: str | None, count: int) -> list[Document]:
     rows = _load_local(name, Path(data_dir).expanduser(), count) if data_dir else _load_hub(name, count)
     if not rows:
         raise InputError(f"dataset {name} has no rows")
+    if len(rows) < count:
+        raise InputError(f"--samples {count}: {name} holds {len(rows)} documents: give --samples {len(rows)} or fewer")
+    seen: set[str] = set()
+    for row in rows:
+        if row.id in seen:  # two documents would share one sample id: one would be run, and recorded, twice
+            raise InputError(f"dataset {name}: document id {row.id!r} repeats: give each row its own id")
+        seen.add(row.id)
     return rows
 
 
@@ -107,28 +114,41 @@ def _load_local(name: str, root: Path, count: int) -> list[Document]:
     candidates = [root / f"{name}.jsonl", root / shared_names.get(name, f"longbench_{name}.jsonl")]
     path = next((c for c in candidates if c.is_file()), candidates[-1])
     try:
-        lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()][:count]
-        return [_document(name, json.loads(line)) for line in lines]
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(
             f"--data-dir {root}: {path.name} is missing; see docs/tasks/hallucination.md for the expected files"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
+    lines = [line for line in text.splitlines() if line.strip()][:count]
+    try:
+        return [_document(name, json.loads(line)) for line in lines]
     except (KeyError, TypeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: rows do not have the expected schema ({type(exc).__name__}: {exc})") from None
 
 
 def _document(name: str, row: dict) -> Document:
     if name == "xsum":
-        return Document(str(row["id"]), row["document"], "", row["summary"])
+        return Document(str(row["id"]), _string(row, "document"), "", _string(row, "summary"))
     if name == "cnndm":
-        return Document(str(row["id"]), row["article"], "", row.get("reference") or row["highlights"])
+        reference = _string(row, "reference") if row.get("reference") else _string(row, "highlights")
+        return Document(str(row["id"]), _string(row, "article"), "", reference)
     answers = row["answers"]
     return Document(
         str(row["_id"]),
-        row["context"].replace(" NEWLINE_CHAR ", "\n"),
-        row.get("input") or "",
-        " / ".join(answers) if isinstance(answers, list) else str(answers),
+        _string(row, "context").replace(" NEWLINE_CHAR ", "\n"),
+        _string(row, "input") if row.get("input") else "",
+        " / ".join(map(str, answers)) if isinstance(answers, list) else str(answers),
     )
+
+
+def _string(row: dict, key: str) -> str:
+    """A text field of a row; a missing one is a KeyError, one of another type a TypeError (both a schema refusal)."""
+    value = row[key]
+    if not isinstance(value, str):
+        raise TypeError(f"{key} is a {type(value).__name__}, not a string")
+    return value
 
 
 def _load_hub(name: str, count: int) -> list[Document]:

@@ -91,17 +91,25 @@ def _read_essays(path: Path) -> list[str]:
             files = sorted(path.glob("*.txt"))
             if not files:
                 raise InputError(f"haystack folder {path} has no .txt files: point essays: at a folder of .txt files")
-            return [f.read_text(encoding="utf-8", errors="replace") for f in files]
-        data = json.loads(path.read_text(encoding="utf-8"))
+            return [_utf8(f) for f in files]
+        data = json.loads(_utf8(path))
     except FileNotFoundError:
         raise InputError(f"haystack {path} does not exist: give a folder of .txt files or a JSON file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, json.JSONDecodeError) as exc:
         raise InputError(f"cannot read haystack {path} ({type(exc).__name__}): give .txt files or valid JSON") from None
     if isinstance(data, dict) and isinstance(data.get("text"), str):
         return [data["text"]]
     if isinstance(data, list) and all(isinstance(t, str) for t in data):
         return data
     raise InputError(f'haystack {path} must be a JSON list of texts or {{"text": ...}}')
+
+
+def _utf8(path: Path) -> str:
+    """A haystack file's text; a file that is not UTF-8 is refused, never read with replaced bytes."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"haystack file {path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
 
 
 def _read_hf(arg: str) -> list[str]:

@@ -12,6 +12,7 @@ Labels are verbalized as words (TREC "NUM:dist" → "numeric distance", Banking7
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,34 +146,55 @@ def _load_local(name: str, root: Path) -> ICLDataset:
             key = "coarse_label_id" if name == "trec" else "fine_label_id"
             splits = {
                 split: [
-                    json.loads(line)
-                    for line in (root / "trec" / f"{split}.jsonl").read_text().splitlines()
-                    if line.strip()
+                    json.loads(line) for line in _text(root / "trec" / f"{split}.jsonl").splitlines() if line.strip()
                 ]
                 for split in ("train", "test")
             }
-            return ICLDataset(
-                name,
-                _trec_labels(name),
-                *[[Example(r["text"], int(r[key])) for r in splits[s]] for s in ("train", "test")],
-            )
+            labels = _trec_labels(name)
+            return _checked(ICLDataset(name, labels, *[[_trec_example(r, key, labels) for r in splits[s]]
+                                                       for s in ("train", "test")]), root)  # fmt: skip
         if name == "banking77":
             rows = {
-                s: list(csv.DictReader((root / "banking77" / f"{s}.csv").open(encoding="utf-8")))
-                for s in ("train", "test")
+                s: list(csv.DictReader(io.StringIO(_text(root / "banking77" / f"{s}.csv")))) for s in ("train", "test")
             }
             intents = sorted({r["category"] for r in rows["train"]})
-            return _from_named(name, intents, {s: [(r["text"], r["category"]) for r in rows[s]] for s in rows})
-        data = json.loads((root / "clinc150" / "data_oos_plus.json").read_text())
+            return _checked(
+                _from_named(name, intents, {s: [(r["text"], r["category"]) for r in rows[s]] for s in rows}), root
+            )
+        data = json.loads(_text(root / "clinc150" / "data_oos_plus.json"))
         pairs = {s: data[s] + data[f"oos_{s}"] for s in ("train", "test")}  # the HF `plus` splits
         intents = sorted({intent for _, intent in pairs["train"]})
-        return _from_named(name, intents, pairs)
+        return _checked(_from_named(name, intents, pairs), root)
     except FileNotFoundError as exc:
         raise InputError(
             f"--data-dir {root}: missing {exc.filename}; see docs/tasks/icl.md for the expected layout"
         ) from None
-    except (KeyError, ValueError, json.JSONDecodeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:  # a row of the wrong shape; json's errors are ValueErrors
         raise InputError(f"--data-dir {root}: {name} files do not have the expected schema ({exc})") from None
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
+
+
+def _trec_example(row: dict, key: str, labels: list[str]) -> Example:
+    label = row[key]
+    if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(labels):
+        raise ValueError(f"{key} {label!r} is not a label id from 0 to {len(labels) - 1}")
+    return Example(row["text"], label)
+
+
+def _checked(data: ICLDataset, root: Path) -> ICLDataset:
+    """Every text a string, both splits non-empty: a local file's rows are what a prompt is built from."""
+    for split, rows in (("train", data.train), ("test", data.test)):
+        if not rows:
+            raise InputError(f"--data-dir {root}: {data.name} has no {split} rows: give a {split} file with rows")
+        if not all(isinstance(row.text, str) and row.text for row in rows):
+            raise InputError(f"--data-dir {root}: a {data.name} {split} row's text is not a non-empty string")
+    return data
 
 
 def _trec_labels(name: str) -> list[str]:
@@ -220,9 +242,14 @@ def _load_hub(name: str) -> ICLDataset:
 
 def load_indices(path: str) -> list[int]:
     try:
-        values = json.loads(Path(path).expanduser().read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        values = json.loads(Path(path).expanduser().read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:  # ValueError: not JSON, or not UTF-8
         raise InputError(f"--test-indices {path}: cannot read a JSON list of ints ({type(exc).__name__})") from None
-    if not isinstance(values, list) or not all(isinstance(v, int) for v in values):
+    if not isinstance(values, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
         raise InputError(f"--test-indices {path}: expected a JSON list of ints, e.g. [360, 17, 361]")
+    seen: set[int] = set()
+    for value in values:
+        if value in seen:  # the same query would be run, and recorded, twice
+            raise InputError(f"--test-indices {path}: row {value} is listed twice: list each test row once")
+        seen.add(value)
     return values

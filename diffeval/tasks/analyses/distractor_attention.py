@@ -60,6 +60,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
 PROBES = {"mk-niah": mk_niah, "vt": vt}  # the probes whose samples hold distractor sentences
+# where each probe's own options act: given beside the other probe, they are refused (config.option's `applies`)
+ON_MK_NIAH = (lambda options: options.probe == "mk-niah", "with --probe mk-niah")
+ON_VARIANT_1 = (lambda options: options.probe == "mk-niah" and 1 in options.variants,
+                "with --probe mk-niah and its variant 1 in --variants")  # fmt: skip
+ON_VT = (lambda options: options.probe == "vt", "with --probe vt")
 
 
 @dataclass(frozen=True)
@@ -69,12 +74,13 @@ class DistractorAttentionOptions(DepthOptions):
     samples: int = option(10, help="samples per length × depth × setting cell", identity=False)
     probe: str = option("mk-niah", help="the probe whose samples are read: mk-niah | vt")
     variants: list[int] = option(
-        [1, 2, 3], help="mk-niah: RULER's niah_multikey variants", parse=int_list("--variants")
+        [1, 2, 3], help="mk-niah: RULER's niah_multikey variants", parse=int_list("--variants"), applies=ON_MK_NIAH
     )
-    keys: int = option(4, help="mk-niah variant 1: needles with distinct keys, one asked for")
-    haystack: str = option("book", help="mk-niah variant 1's haystack; vt reads RULER's noise")
-    chains: int = option(3, help="vt: chains, the first asked for, the others distractors (at least 2)")
-    hops: int = option(4, help="vt: assignments after a chain's first")
+    keys: int = option(4, help="mk-niah variant 1: needles with distinct keys, one asked for", applies=ON_VARIANT_1)
+    haystack: str = option("book", help="mk-niah variant 1's haystack; vt reads RULER's noise", applies=ON_VARIANT_1)
+    chains: int = option(3, help="vt: chains, the first asked for, the others distractors (at least 2)",
+                         applies=ON_VT)  # fmt: skip
+    hops: int = option(4, help="vt: assignments after a chain's first", applies=ON_VT)
 
     def probe_options(self) -> mk_niah.MKNiahOptions | vt.VTOptions:
         """The probe's own options, as its runs would take them."""

@@ -130,7 +130,8 @@ def check_inputs(context: RunContext[IclOptions]) -> None:
         data = dataset(name, context.options.data_dir)
         for shots in context.options.shots:
             if shots != "max" and int(shots) > len(data.train):
-                raise InputError(f"{shots} shots exceed the {len(data.train)} training examples of {name}")
+                raise InputError(f"--shots {shots}: {name} holds {len(data.train)} training examples: give at most "
+                                 f"{len(data.train)}, or max")  # fmt: skip
 
 
 def batches(todo: list[ICLSample], context: RunContext[IclOptions]) -> list[list[ICLSample]]:

@@ -45,16 +45,23 @@ def test_ids(options: IclOptions, name: str, seed: int) -> list[int]:
         ids = icl_data.load_indices(str(path))
         if max(ids, default=-1) >= len(data.test) or min(ids, default=0) < 0:
             raise InputError(f"--test-indices {path}: indices outside the {len(data.test)} test rows of {name}")
+        if options.test_size > len(ids):
+            raise InputError(f"--test-size {options.test_size}: --test-indices {path} lists {len(ids)} test rows: "
+                             f"give --test-size {len(ids)} or fewer")  # fmt: skip
         return ids[: options.test_size]
+    if options.test_size > len(data.test):
+        raise InputError(f"--test-size {options.test_size}: {name} holds {len(data.test)} test rows: give "
+                         f"--test-size {len(data.test)} or fewer")  # fmt: skip
     rng = random.Random(f"icl-test|{name}|{seed}")
-    return sorted(rng.sample(range(len(data.test)), min(options.test_size, len(data.test))))
+    return sorted(rng.sample(range(len(data.test)), options.test_size))
 
 
 def demonstrations(name: str, data_dir: str | None, seed: int, draw: int, shots: int) -> list[int]:
     """Train indices of a draw: the first `shots` of a seeded permutation (nested across k)."""
     train = dataset(name, data_dir).train
     if shots > len(train):
-        raise InputError(f"{shots} shots exceed the {len(train)} training examples of {name}")
+        raise InputError(f"--shots {shots}: {name} holds {len(train)} training examples: give at most {len(train)}, "
+                         "or max")  # fmt: skip
     order = list(range(len(train)))
     random.Random(f"icl-draw|{name}|{seed}|{draw}").shuffle(order)
     return order[:shots]

@@ -57,7 +57,7 @@ def check_inputs(context: RunContext[HallucinationOptions]) -> None:
     for spec in context.options.judge:
         _make_judge(context, spec).close()
     for name in context.options.datasets:
-        data.load(name, context.options.data_dir, 1)
+        data.load(name, context.options.data_dir, context.options.samples)
 
 
 def _make_judge(context: RunContext[HallucinationOptions], spec: str) -> Judge:

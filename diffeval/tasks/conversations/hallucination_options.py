@@ -11,6 +11,10 @@ from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.models.backend import available_backends
 
+# the request settings act on judges reached over HTTP only (judges.ChatJudge)
+ON_API_JUDGE = (lambda options: any(j.startswith(("openai:", "openai-compatible:")) for j in options.judge),
+                "with an openai: or openai-compatible: --judge")  # fmt: skip
+
 
 @dataclass(frozen=True)
 class HallucinationOptions:
@@ -31,9 +35,12 @@ class HallucinationOptions:
     judge_backend: str = option("hf", help="engine of an hf:PATH judge: hf | vllm [default: hf]")
     data_dir: str | None = option(None, help="read local JSONL files (../shared/datasets/hallucination layout)")
     judge_cache: str | None = option(None, help="verdict cache folder [default: ~/.cache/diffeval]", identity=False)
-    judge_timeout: float = option(60.0, help="seconds per judge request [default: 60]", identity=False)
-    judge_retries: int = option(5, help="retries on 429, 5xx and timeouts [default: 5]", identity=False)
-    judge_concurrency: int = option(4, help="judge requests in flight [default: 4]", identity=False)
+    judge_timeout: float = option(60.0, help="seconds per judge request [default: 60]", identity=False,
+                                  applies=ON_API_JUDGE)  # fmt: skip
+    judge_retries: int = option(5, help="retries on 429, 5xx and timeouts [default: 5]", identity=False,
+                                applies=ON_API_JUDGE)  # fmt: skip
+    judge_concurrency: int = option(4, help="judge requests in flight [default: 4]", identity=False,
+                                    applies=ON_API_JUDGE)  # fmt: skip
 
     def validate(self) -> None:
         if len(set(self.judge)) != len(self.judge):

@@ -60,8 +60,10 @@ class CWEOptions(HaystackOptions):
 
     def validate(self) -> None:
         super().validate()
-        if self.common < 1:
-            raise InputError(f"--common {self.common}: give at least 1 common word")
+        words = len(vocabulary())
+        if not 1 <= self.common < words:
+            raise InputError(f"--common {self.common}: the word pool holds {words:,} words, give 1 to {words - 1:,} "
+                             "common words (some must be left for the others)")  # fmt: skip
         if self.frequencies != "ruler":
             parts = self.frequencies.split(",")
             if len(parts) != 2 or not all(is_count(p) for p in parts) or not int(parts[0]) > int(parts[1]) >= 1:
@@ -155,23 +157,27 @@ def fit(sample, backend, budget: int, chat_template: bool, refusal: str) -> Hays
     )
 
 
-def most_common_that_fit(sample, backend, budget, chat_template) -> int:
-    """The most common words whose list, with no other word, fits `budget` tokens of this model (0: none)."""
+def most_common_that_fit(options: CWEOptions, sample, backend, budget, chat_template) -> int:
+    """The most common words whose sample, with no other word in its list, fits `budget` tokens of this model (0:
+    none). Each count is its own sample (its example asks for as many words, its setting seeds its draws), built as a
+    run at that count builds it; more words only lengthen the list, so the search may bisect."""
     from dataclasses import replace
 
-    for common in range(len(sample.expected) - 1, 0, -1):
-        fewer = replace(sample, expected=sample.expected[:common], tail=question(common),
-                        answer_prefix=answer_prefix(common))  # fmt: skip
-        if len(backend.encode(_render(fewer, 0, backend, chat_template)[0]).ids) <= budget:
-            return common
-    return 0
+    def fits(common: int) -> bool:
+        if common == 0:
+            return True
+        fewer = replace(options, common=common)
+        one = make_sample(fewer, sample.seed, sample.ctx, None, fewer.settings()[0], sample.index)
+        return len(backend.encode(_render(one, 0, backend, chat_template)[0]).ids) <= budget
+
+    return fitting.largest_fitting(fits, 1, len(sample.expected) - 1)
 
 
 def most_that_fits(options: CWEOptions, sample, backend, budget, chat_template) -> str:
-    common = most_common_that_fit(sample, backend, budget, chat_template)
+    common = most_common_that_fit(options, sample, backend, budget, chat_template)
     if not common:
-        return "no common word at this frequency (--frequencies)"
-    return f"{common} common words at frequency {sample.extra['freqs'][0]} (--common, --frequencies)"
+        return f"no common word at frequency {sample.extra['freqs'][0]}: use a longer --ctx, or lower --frequencies"
+    return f"{common} common words at frequency {sample.extra['freqs'][0]} (--common {common})"
 
 
 def fewer_common_words(options: CWEOptions, sample, backend, budget, chat_template) -> CWEOptions | None:
@@ -179,7 +185,7 @@ def fewer_common_words(options: CWEOptions, sample, backend, budget, chat_templa
     in 4K); None when not even one fits."""
     from dataclasses import replace
 
-    common = most_common_that_fit(sample, backend, budget, chat_template)
+    common = most_common_that_fit(options, sample, backend, budget, chat_template)
     return replace(options, common=common) if common else None
 
 

@@ -29,6 +29,8 @@ TOKENS_TO_GENERATE = 128  # RULER's niah tokens_to_generate
 # variant → (haystack: None for the essay haystack of --haystack, key type, value type)
 VARIANTS = {1: (None, "words", "numbers"), 2: ("needles:words:numbers", "words", "numbers"),
             3: ("needles:uuids:uuids", "uuids", "uuids")}  # fmt: skip
+# --keys and --haystack act on variant 1 only: given without it, they are refused (config.option's `applies`)
+ON_VARIANT_1 = (lambda options: 1 in options.variants, "with variant 1 in --variants")
 
 
 @dataclass(frozen=True)
@@ -39,8 +41,9 @@ class MKNiahOptions(DepthOptions):
         [1, 2, 3], help="RULER's niah_multikey variants: 1 (essay, 4 keys), 2 (needles, words), 3 (needles, UUIDs)",
         parse=int_list("--variants"),
     )  # fmt: skip
-    keys: int = option(4, help="variant 1: needles with distinct keys, one asked for (RULER: 4)")
-    haystack: str = option("book", help="variant 1's haystack: book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise")
+    keys: int = option(4, help="variant 1: needles with distinct keys, one asked for (RULER: 4)", applies=ON_VARIANT_1)
+    haystack: str = option("book", help="variant 1's haystack: book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise",
+                           applies=ON_VARIANT_1)  # fmt: skip
 
     def settings(self) -> list[str]:
         return [f"multikey_{v}" for v in self.variants]
@@ -100,7 +103,7 @@ def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     if sample.setting != "multikey_1":
         return "only the instruction and question, no needle"
     keys = samples.most_groups(sample, backend, budget, chat_template)
-    return f"{keys} keys (--keys)" if keys else "no key"
+    return f"{keys} keys (--keys {keys})" if keys else "no key: use a longer --ctx"
 
 
 def check_inputs(context: RunContext[MKNiahOptions]) -> None:

@@ -61,7 +61,7 @@ def make_sample(options: MVNiahOptions, seed: int, ctx: int, depth: int, setting
 
 def most_that_fits(options, sample, backend, budget, chat_template) -> str:
     values = samples.most_groups(sample, backend, budget, chat_template)
-    return f"{values} values (--values)" if values else "no value"
+    return f"{values} values (--values {values})" if values else "no value: use a longer --ctx"
 
 
 RECIPE = Recipe(name="mv-niah", make_sample=make_sample, most_that_fits=most_that_fits)

@@ -102,6 +102,8 @@ def _problem(data) -> str | None:
     characters, pairs = data.get("characters"), data.get("pairs")
     if not isinstance(characters, list) or not characters or not all(isinstance(c, str) and c for c in characters):
         return '"characters" must be a non-empty list of names'
+    if len(set(characters)) != len(characters):  # a repeated name would be drawn more often than the others
+        return f'"characters" names {next(c for c in characters if characters.count(c) > 1)!r} twice'
     if not isinstance(pairs, list) or not pairs:
         return '"pairs" must be a non-empty list'
     seen = set()

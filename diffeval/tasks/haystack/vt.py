@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import random
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from diffeval.config import option
 from diffeval.data.haystack import NOISE_SENTENCES
 from diffeval.errors import InputError
+from diffeval.longctx.fitting import largest_fitting
 from diffeval.tasks.haystack import samples
 from diffeval.tasks.haystack.options import DepthOptions
 from diffeval.tasks.haystack.probes import probe_task
@@ -26,7 +27,10 @@ from diffeval.tasks.haystack.recipe import Recipe, check_haystack
 
 TOKENS_TO_GENERATE = 30  # RULER's variable_tracking tokens_to_generate
 INSTRUCTION = "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
-EXAMPLE_NOISE_SENTENCES = 20  # the one-shot example's noise (RULER fits its example into 500 tokens)
+EXAMPLE_NOISE_SENTENCES = 20  # the one-shot example's noise (RULER fits its example into 500 tokens), more for a
+# longer chain: one sentence per assignment
+VALUES = 90_000  # distinct 5-digit values: one per chain
+NAMES, EXAMPLE_NAMES = 26**5, 26**3  # distinct 5-letter names (the chains'), 3-letter names (the example's chain)
 
 
 def question(value: str) -> str:
@@ -55,6 +59,14 @@ class VTOptions(DepthOptions):
             raise InputError(f"--hops {self.hops}: a chain needs at least 1 hop (VAR B = VAR A), RULER uses 4")
         if self.chains < 1:
             raise InputError(f"--chains {self.chains}: give at least 1 chain (the one asked for)")
+        # the draws take distinct names and values until they have enough: past the pool they would never end
+        if self.hops + 1 > EXAMPLE_NAMES:
+            raise InputError(f"--hops {self.hops}: the example's chain has {EXAMPLE_NAMES:,} 3-letter names, give at "
+                             f"most {EXAMPLE_NAMES - 1:,} hops")  # fmt: skip
+        if self.chains > VALUES or self.chains * (self.hops + 1) > NAMES:
+            most = min(VALUES, NAMES // (self.hops + 1))
+            raise InputError(f"--chains {self.chains}: there are {VALUES:,} distinct values and {NAMES:,} names, "
+                             f"enough for {most:,} chains of {self.hops} hops: give at most {most:,}")  # fmt: skip
 
 
 def chains(rng: random.Random, count: int, hops: int, letters: int) -> list[tuple[list[str], str]]:
@@ -86,7 +98,7 @@ def statements(names: list[str], value: str) -> list[str]:
 def example(rng: random.Random, hops: int) -> str:
     """RULER's one-shot example: one chain of 3-letter names in a short noise text, its question and answer."""
     ((names, value),) = chains(rng, 1, hops, 3)
-    noise = [NOISE_SENTENCES[i % len(NOISE_SENTENCES)] for i in range(EXAMPLE_NOISE_SENTENCES)]
+    noise = [NOISE_SENTENCES[i % len(NOISE_SENTENCES)] for i in range(max(EXAMPLE_NOISE_SENTENCES, hops + 1))]
     for statement, at in zip(statements(names, value), sorted(rng.sample(range(len(noise)), hops + 1)), strict=True):
         noise[at] = f"{noise[at]} {statement}"
     return (INSTRUCTION + " ".join(noise) + question(value) + answer_prefix(hops + 1, value) + " ".join(names)
@@ -120,8 +132,25 @@ def make_sample(options: VTOptions, seed: int, ctx: int, depth: int, setting: st
 def most_that_fits(options: VTOptions, sample, backend, budget, chat_template) -> str:
     count = samples.most_groups(sample, backend, budget, chat_template, per_group=options.hops + 1)
     if count:
-        return f"{count} chains of {options.hops} hops (--chains)"
-    return f"no chain of {options.hops} hops beside the example: use fewer --hops"
+        return f"{count} chains of {options.hops} hops (--chains {count})"
+    hops = most_hops(options, sample, backend, budget, chat_template)
+    if hops:
+        return f"one chain of {hops} hops (--hops {hops})"
+    return "no chain of even 1 hop beside the example: use a longer --ctx"
+
+
+def most_hops(options: VTOptions, sample, backend, budget: int, chat_template: bool) -> int:
+    """The most hops of one chain whose sample (its example's chain as long) fits `budget` with no haystack; 0: none.
+    A longer chain only adds statements, so the search may bisect."""
+
+    def fits(hops: int) -> bool:
+        fewer = replace(options, chains=1, hops=hops)
+        one = make_sample(fewer, sample.seed, sample.ctx, sample.depth, fewer.settings()[0], sample.index)
+        return samples.fixed_tokens(one, backend, chat_template) <= budget
+
+    if not fits(1):
+        return 0
+    return max(1, largest_fitting(lambda n: n == 0 or fits(n), 1, options.hops - 1))
 
 
 RECIPE = Recipe(name="vt", make_sample=make_sample, most_that_fits=most_that_fits)

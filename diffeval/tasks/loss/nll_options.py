@@ -17,7 +17,8 @@ class NLLOptions:
     docs: int | None = option(None, type=int, help="documents to score [default: all]")
     windows: int = option(1, help="disjoint windows of --ctx tokens per document")
     data: str = option("books", help="books (the --data-dir folder, else the shipped book) | hf:DATASET[:SPLIT]")
-    data_dir: str | None = option(None, help="a books folder: books.jsonl + <id>.txt (../shared/datasets/books)")
+    data_dir: str | None = option(None, help="a books folder: books.jsonl + <id>.txt (../shared/datasets/books)",
+                                  applies=(lambda options: options.data == "books", "with --data books"))  # fmt: skip
     buckets: int = option(16, help="position buckets per window, for the tables and the curve")
     trained_at: int | None = option(
         None,

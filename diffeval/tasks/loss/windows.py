@@ -47,7 +47,7 @@ def cut_windows(
     spans, start = [], 0
     for index in range(count):
         start = _skip_space(doc.text, start)
-        ends = {m: _fitted_end(doc, start, tokenizers[m], limits[m], index, ctx) for m in tokenizers}
+        ends = {m: _fitted_end(doc, start, tokenizers[m], limits[m], index, count, ctx) for m in tokenizers}
         end = _shared_end(doc.text, start, min(ends.values()), tokenizers, limits)
         spans.append((start, end))
         start = end
@@ -66,7 +66,8 @@ def _skip_space(text: str, start: int) -> int:
     return start
 
 
-def _fitted_end(doc: books.Document, start: int, tokenizer: Tokenizer, limit: int, index: int, ctx: int) -> int:
+def _fitted_end(doc: books.Document, start: int, tokenizer: Tokenizer, limit: int, index: int, count: int,
+                ctx: int) -> int:  # fmt: skip
     """The character end of the first `limit` tokens of the document's text from `start`, in this tokenizer; the
     document is too short if its rest holds fewer."""
     span = limit * 8
@@ -82,7 +83,7 @@ def _fitted_end(doc: books.Document, start: int, tokenizer: Tokenizer, limit: in
                     "from its first chapter: use a shorter --ctx"
                 )
             raise InputError(
-                f"document {doc.id} holds {index} window(s) of --ctx {ctx:,}, not {index + 1}: "
+                f"--windows {count}: document {doc.id} holds {index} window(s) of --ctx {ctx:,}: "
                 f"use --windows {index} or a shorter --ctx"
             )
         span *= 2
