@@ -17,14 +17,14 @@ from __future__ import annotations
 
 import math
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from diffeval.config import RunConfig
+from diffeval.config import RunConfig, field_default
 from diffeval.errors import InputError
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
@@ -32,7 +32,7 @@ from diffeval.report.format import NumberFormats, column_label, column_texts, in
 from diffeval.report.gates import dropped_note
 from diffeval.report.tables import LoadedRun, load_records, paired_table, sample_pairs, title
 from diffeval.results import RunFolder
-from diffeval.tasks import build_config
+from diffeval.tasks import TASKS, build_config
 from diffeval.tasks.base import RunContext
 from diffeval.tasks.blocks import number
 
@@ -106,7 +106,13 @@ def config_from_run(run: dict) -> RunConfig:
     """The RunConfig that made a run, from its run.json."""
     stored = run["config"]
     values = {k: v for k, v in stored.items() if k != "options"}
-    return build_config(stored["task"], {**values, **stored.get("options", {})}, {})
+    options = stored.get("options", {})
+    # an option stored at its default is left out, as by a run that did not give it: run.json stores every option,
+    # those that act on nothing (another probe's) too, and given, those are refused (config.option's `applies`)
+    if isinstance(stored.get("task"), str) and stored["task"] in TASKS:
+        defaults = {f.name: field_default(f) for f in fields(TASKS[stored["task"]].options)}
+        options = {k: v for k, v in options.items() if k not in defaults or v != defaults[k]}
+    return build_config(stored["task"], {**values, **options}, {})
 
 
 def summary(view: RunView) -> dict[str, Any]:
