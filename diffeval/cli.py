@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeAlias
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from diffeval.config import DEVICES, DTYPES, RunConfig, declared_engine_options, field_default, load_yaml, value_type
 from diffeval.errors import InputError, RunFailure
@@ -54,8 +55,9 @@ app.add_typer(run_app, name="run")
 app.add_typer(models_app, name="models")
 app.add_typer(toy_app, name="toy")
 
-console = Console()
-err_console = Console(stderr=True)
+# user data (paths, dataset and model names, file contents) is printed as it is: never read as rich markup
+console = Console(markup=False)
+err_console = Console(stderr=True, markup=False)
 
 Opt = typer.Option
 
@@ -436,7 +438,7 @@ def _print_report(report) -> None:
     from diffeval.report.tables import title
 
     for key, frame in report.tables.items():
-        console.print(f"[bold]{title(key, report.titles)}[/bold]", soft_wrap=True)
+        console.print(Text(title(key, report.titles), style="bold"), soft_wrap=True)
         text = markdown_table(key, frame, report.formats)  # the formats of table.md: row labels as columns
         console.print(text, markup=False, highlight=False, soft_wrap=True)
         if frame.attrs.get("note"):  # how the table's statistics were made (e.g. clusters resampled)

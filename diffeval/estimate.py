@@ -162,7 +162,7 @@ def time_estimate(
     workers = (config.workers or 1) if config.ray else 1
     per_worker = f", × {workers} Ray workers" if workers > 1 else ""
     if config.calibrate:
-        calibrated = calibrated_rates(config, task, spec, left, settings, console or Console(stderr=True))
+        calibrated = calibrated_rates(config, task, spec, left, settings, console or Console(stderr=True, markup=False))
         seconds = {length.ctx: sum(length.remaining) / (calibrated[length.ctx] * workers) for length in left}
         measured = "; ".join(f"{_label(length.ctx, left)}{calibrated[length.ctx]:,.0f} tokens/s" for length in left)
         return Estimate(
@@ -261,7 +261,9 @@ def calibrated_rates(
             highlight=False,
             soft_wrap=True,
         )
-    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=console)
+    progress = Progress(
+        SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(), console=console
+    )
     with progress:
         step = progress.add_task(f"--calibrate: loading {spec.name}", total=1)
         backend = make_backend(spec, settings, config.backend)

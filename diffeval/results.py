@@ -155,27 +155,42 @@ class RunFolder:
         config = run.get("config") if isinstance(run, dict) else None
         if not isinstance(config, dict) or not isinstance(config.get("task"), str):
             raise InputError(f"{path} has no config with a task name: {fix}")
-        if not isinstance(config.get("models", []), list) or not isinstance(config.get("options", {}), dict):
+        models = config.get("models", [])
+        named = isinstance(models, list) and all(isinstance(m, dict) and isinstance(m.get("name"), str) for m in models)
+        if not named or not isinstance(config.get("options", {}), dict):
             raise InputError(f"{path} has a damaged config (models or options): {fix}")
-        if not isinstance(run.get("models", {}), dict):
+        metadata = run.get("models", {})
+        if not isinstance(metadata, dict) or not all(isinstance(m, dict) for m in metadata.values()):
             raise InputError(f"{path} has damaged model metadata: {fix}")
         return run
 
-    def read_records(self, path: Path | None = None, schema: dict[str, Any] | None = None) -> Records:
+    def read_records(
+        self,
+        path: Path | None = None,
+        schema: dict[str, Any] | None = None,
+        lengths: dict[str, int] | None = None,
+        run: dict[str, Any] | None = None,
+    ) -> Records:
         """All complete records of samples.jsonl (or `path`, another of the folder's JSONL files), first occurrence
         of each (model, sample_id), with counts of what was dropped. A record is complete when it has a model and a
-        sample id, and the fields of `schema` (a task's `record_schema`: what its readers need) with their types."""
+        sample id, and the fields of `schema` (a task's `record_schema`: what its readers need) with their types and
+        shapes (`lengths`: the run's values of its length names); with `run` (its run.json), a record of another
+        task or of a model the run does not list (lines of another run pasted in) is damaged too."""
         path = path or self.samples_path
         if not path.is_file():
             return Records([], 0, 0)
         schema = {**ENVELOPE_SCHEMA, **(schema or {})}
         rows, seen, damaged, duplicates, first_damage = [], set(), 0, 0, None
-        with path.open(encoding="utf-8", errors="replace") as handle:
-            for number, line in enumerate(handle, 1):
-                if not line.strip():
+        with path.open("rb") as handle:
+            for number, data in enumerate(handle, 1):
+                if not data.strip():
                     continue
                 try:
-                    problem = record_problem(row := json.loads(line), schema)
+                    row = json.loads(data.decode("utf-8"))
+                    stranger = _stranger(row, run["config"]) if run and isinstance(row, dict) else None
+                    problem = stranger or record_problem(row, schema, lengths)
+                except UnicodeDecodeError:
+                    problem = "not UTF-8 text"
                 except json.JSONDecodeError:
                     problem = "not valid JSON (a partial line?)"
                 if problem is not None:
@@ -205,3 +220,13 @@ class RunFolder:
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _stranger(row: dict[str, Any], config: dict[str, Any]) -> str | None:
+    """Why a record is not of the run `config` describes (another task's, another model's), or None."""
+    if row.get("task", config["task"]) != config["task"]:
+        return f"a record of task {row['task']!r}, not of this run's {config['task']!r}"
+    models = [m.get("name") for m in config.get("models", [])]
+    if models and row.get("model") not in models:
+        return f"a record of model {row.get('model')!r}, which run.json's models ({', '.join(map(str, models))}) lack"
+    return None

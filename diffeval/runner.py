@@ -100,7 +100,7 @@ def check(config: RunConfig) -> dict[str, dict]:
 def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict] | None = None) -> RunFolder | None:
     """Evaluate, or with --dry-run print the run's size and return None. `infos`: what `check(config)` returned
     (a suite checks all its runs before the first starts); without it, the check stage runs here."""
-    console = console or Console(stderr=True)
+    console = console or Console(stderr=True, markup=False)  # user data (paths, names) is printed as it is
     task = TASKS[config.task]
     infos = check(config) if infos is None else infos
     folder = RunFolder(config.out_dir())
@@ -108,7 +108,7 @@ def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict
     samples_for = functools.partial(samples_under_limit, task, config)
     samples = make_samples(task, config)  # sizing refuses what cannot fit before the folder is written
     if config.dry_run:
-        Console().print(dry_run(config, task, folder, samples, samples_for, console), soft_wrap=True)
+        Console(markup=False).print(dry_run(config, task, folder, samples, samples_for, console), soft_wrap=True)
         return None
     cluster: AbstractContextManager[Any] = nullcontext()
     if config.ray:  # an unreachable cluster or a missing install is refused before the folder is touched
@@ -165,10 +165,10 @@ class MeanTimeRemainingColumn(TimeRemainingColumn):
 
 def _progress(console) -> Progress:
     return Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # a model name and a path: no markup
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
+        TextColumn("{task.fields[rate]}", markup=False),
         TimeElapsedColumn(),
         TextColumn("ETA"),
         MeanTimeRemainingColumn(),

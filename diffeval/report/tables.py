@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 import html
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from diffeval.intervals import BOOTSTRAP_RESAMPLES, summarize
 from diffeval.models.variants import registry as variants
 from diffeval.report.format import NumberFormats, html_table, latex_table, markdown_table
 from diffeval.report.stats import cluster_labels, paired_difference
-from diffeval.results import RunFolder
+from diffeval.results import RUN_FILE, RunFolder
 from diffeval.tasks import TASKS
 from diffeval.tasks.base import Task, with_cells
 
@@ -93,8 +93,11 @@ def load_records(folder: RunFolder, allow_empty: bool = False, scoring: str | No
     if name not in TASKS:
         raise InputError(f"{folder.path} holds a run of unknown task {name!r}: known tasks are {', '.join(TASKS)}")
     task = TASKS[name]
-    # rows the task's readers cannot read count as damaged
-    records = folder.read_records(schema=task.scoring.record_schema)
+    options = task.stored_options(run["config"].get("options") or {}, str(folder.path / RUN_FILE))
+    # rows the task's readers cannot read count as damaged: a field missing or mistyped, a list whose length is not
+    # the run's (its options') or its record's
+    lengths = {f.name: v for f in fields(options) if type(v := getattr(options, f.name)) is int}
+    records = folder.read_records(schema=task.scoring.record_schema, lengths=lengths, run=run)
     if not records.rows and not allow_empty:
         damaged = f" ({records.damaged} damaged line(s); first: {records.first_damage})" if records.damaged else ""
         raise InputError(f"{folder.path} has no finished samples yet{damaged}: run the task first, then report")
@@ -102,7 +105,6 @@ def load_records(folder: RunFolder, allow_empty: bool = False, scoring: str | No
     rule = scoring_rule(task, scoring)
     if rule is not None and task.scoring.rescore is not None and not frame.empty:
         frame = task.scoring.rescore(frame, rule)
-    options = task.stored_options(run["config"].get("options") or {})
     return LoadedRun(run, task, frame, records.damaged, records.duplicates, options, rule, records.first_damage)
 
 

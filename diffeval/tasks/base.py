@@ -10,16 +10,17 @@ here: there is no optional attribute looked up by name.
 from __future__ import annotations
 
 import difflib
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, get_type_hints
 
 from diffeval.config import RunConfig, assemble, context_field, field_default, flag_name
 from diffeval.errors import InputError
 from diffeval.models.backend import check_backend, default_batch_size, engine_options
 from diffeval.models.layer_kinds import skipped_note
 from diffeval.models.spec import ModelSpec, parse_models
-from diffeval.records import Record
+from diffeval.records import Record, kind_name, matches
 from diffeval.tasks.blocks import Document, Listing
 
 OptionsT = TypeVar("OptionsT")
@@ -173,11 +174,20 @@ class Task:
     scoring: Scoring = Scoring()
     run_options: tuple[str, ...] = ()  # RunConfig options this task's command shows besides the common ones
 
-    def stored_options(self, stored: dict[str, Any]) -> Any:
-        """The task's options as a run.json stored them (`config.options`), for the task's readers: an option an
-        older folder lacks takes today's default, one this version no longer has is dropped. Not validated: a
-        report reads a finished run, whose data paths and judges need not exist where it is read."""
-        return self.options(**{f.name: stored.get(f.name, field_default(f)) for f in fields(self.options)})
+    def stored_options(self, stored: dict[str, Any], source: str = "run.json") -> Any:
+        """The task's options as a run.json (`source`) stored them (`config.options`), for the task's readers: an
+        option an older folder lacks takes today's default, one this version no longer has is dropped. Each value
+        must have its field's type (one line naming the option, else), but is not validated: a report reads a
+        finished run, whose data paths and judges need not exist where it is read."""
+        kinds = get_type_hints(self.options)
+        values = {f.name: stored.get(f.name, field_default(f)) for f in fields(self.options)}
+        for name, value in values.items():
+            if not matches(value, kinds[name]):
+                raise InputError(
+                    f"{source} stores option {name} as {json.dumps(value)}, not {kind_name(kinds[name])}: repair it "
+                    "(the value the run was started with), or run the task again into a new --out"
+                )
+        return self.options(**values)
 
 
 def with_cells(table, rows, columns, common: dict | None = None):

@@ -66,7 +66,7 @@ def _write_all(views: list, indexes: list[dict], target: Path, console: Console)
         (target / "static" / name).write_bytes(static_file(name))
     _write(target, "runs", [summary(v) for v in views])
     progress = Progress(
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),  # a folder name: no markup
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),

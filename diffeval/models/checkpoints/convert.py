@@ -321,7 +321,7 @@ def _write(src: Path, dst: Path, tensors: dict, config) -> None:
     config.save_pretrained(dst)
     split = split_torch_state_dict_into_shards(tensors, max_shard_size="5GB")
     shards = track(  # a 7B model is three 5 GB shards: minutes on a slow disk
-        split.filename_to_tensors.items(), "writing shards", console=Console(stderr=True), transient=True
+        split.filename_to_tensors.items(), "writing shards", console=Console(stderr=True, markup=False), transient=True
     )
     for file_name, names in shards:
         save_file({name: tensors[name].contiguous() for name in names}, dst / file_name, metadata={"format": "pt"})

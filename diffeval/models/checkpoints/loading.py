@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 import transformers
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, GenerationConfig, PretrainedConfig
 
 from diffeval.errors import InputError
 from diffeval.models.checkpoints import gguf
@@ -138,6 +138,12 @@ def load_config(spec: ModelSpec, trust_remote_code: bool = False):
         with quiet_transformers():
             config = _from_pretrained(AutoConfig, path, trust_remote_code, **extra)
     except Exception as exc:  # a broken checkpoint raises anything from OSError to JSONDecodeError
+        if extra and "not supported" in str(exc):  # a whole file of an architecture transformers cannot read
+            raise InputError(
+                f"model {spec.name}: {spec.spec} is a GGUF file of an architecture transformers cannot load "
+                f"({' '.join(str(exc).split())[:LOAD_REASON_CHARS]}): use a GGUF of a Llama-family model, or the "
+                "model's safetensors checkpoint"
+            ) from None
         raise load_error(spec, "its config", exc) from None
     if extra and not config.architectures:  # a GGUF header names its architecture family, not the model class
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
@@ -146,8 +152,18 @@ def load_config(spec: ModelSpec, trust_remote_code: bool = False):
         config.architectures = [named] if named else None
     variant = variants.variant_of(config)
     if variant is not None and variant.check_config:
-        variant.code(variant.check_config)(spec, config)
+        variant.code(variant.check_config)(spec, config, _given_keys(path, config, extra))
     return config
+
+
+def _given_keys(path: str, config, extra: dict) -> set[str]:
+    """The keys the checkpoint's config itself holds: the loaded config has the class's defaults filled in (a Llama
+    config without head_dim gets hidden_size // num_attention_heads), so a check of a missing key reads these. A
+    GGUF file's config is built from its header: every key counts as given."""
+    if extra:
+        return set(config.to_dict())
+    with quiet_transformers():
+        return set(PretrainedConfig.get_config_dict(path)[0])
 
 
 def load_tokenizer(spec: ModelSpec, trust_remote_code: bool = False):
@@ -179,6 +195,30 @@ def quiet_transformers():
 
 
 LOAD_REASON_CHARS = 400
+
+
+MEMORY_WORDS = ("out of memory", "cannot allocate", "can't allocate", "not enough memory", "insufficient memory")
+
+
+def is_resource_error(exc: BaseException) -> bool:
+    """Memory ran out (the host's or the device's): the run's settings ask for too much, the files are not at fault."""
+    return isinstance(exc, MemoryError) or any(word in str(exc).lower() for word in MEMORY_WORDS)
+
+
+def memory_error(spec: ModelSpec, dtype: torch.dtype, device: str, exc: BaseException) -> InputError:
+    """A load that ran out of memory, blamed on the options that sized it, with a value that needs less."""
+    reason = " ".join(str(exc).split())[:LOAD_REASON_CHARS] or type(exc).__name__
+    name = str(dtype).removeprefix("torch.")
+    if dtype == torch.float32:
+        fix = "pass --dtype bfloat16 (half of float32's memory)"
+    elif device == "cuda":
+        fix = "pass --device cpu (the machine's memory), or free the GPU"
+    else:
+        fix = "run it on a machine with more memory, or close what holds it"
+    return InputError(
+        f"model {spec.name}: its weights do not fit in the {device} memory as --dtype {name} ({reason}); the "
+        f"checkpoint files are whole: {fix}"
+    )
 
 
 def load_error(spec: ModelSpec, what: str, exc: Exception) -> InputError:
@@ -277,12 +317,19 @@ def load_model(
             path, extra = source(spec)
             with gguf.quiet_loader() if extra else contextlib.nullcontext():
                 model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra)
-    except Exception as exc:  # truncated or mismatched weight files
+    except Exception as exc:  # truncated or mismatched weight files, or too little memory for --dtype
+        if is_resource_error(exc):
+            raise memory_error(spec, kwargs["dtype"], device, exc) from None
         raise load_error(spec, "its weights", exc) from None
     variant = variants.variant_of(config)
     if variant is not None and variant.after_load:
         variant.code(variant.after_load)(model, config)
-    model.to(device).eval()  # type: ignore[arg-type]  # transformers' wrapper of `to` hides torch's signature
+    try:
+        model.to(device).eval()  # type: ignore[arg-type]  # transformers' wrapper of `to` hides torch's signature
+    except Exception as exc:
+        if is_resource_error(exc):
+            raise memory_error(spec, kwargs["dtype"], device, exc) from None
+        raise
     if tokenizer.pad_token_id is None:
         # batched generation pads on the left; any id works because padded positions are masked out
         tokenizer.pad_token = tokenizer.eos_token or tokenizer.convert_ids_to_tokens(0)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from diffeval.config import EngineOptions, option
 from diffeval.errors import InputError
+from diffeval.machine import usable_cores
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,12 @@ class HFOptions(EngineOptions):
         if self.threads is not None and self.threads < 1:
             raise InputError(
                 f"--threads {self.threads}: give at least 1, or leave it out for the cores the load leaves free"
+            )
+        cores = usable_cores()
+        if self.threads is not None and self.threads > cores:  # torch crashes on absurd counts; more only slows
+            raise InputError(
+                f"--threads {self.threads}: this process may use {cores} core(s): give 1 to {cores}, or leave it out "
+                "for the cores the load leaves free"
             )
 
     def torch_threads(self) -> int | None:

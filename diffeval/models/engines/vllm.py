@@ -25,7 +25,13 @@ from typing import ClassVar
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
 from diffeval.models.checkpoints import gguf
-from diffeval.models.checkpoints.loading import describe, load_config, load_tokenizer, stop_token_ids
+from diffeval.models.checkpoints.loading import (
+    describe,
+    is_resource_error,
+    load_config,
+    load_tokenizer,
+    stop_token_ids,
+)
 from diffeval.models.engines.vllm_options import VLLMOptions
 from diffeval.models.layer_kinds import kinds, sequence_cache_bytes
 from diffeval.models.spec import ModelInfo, ModelSpec
@@ -122,8 +128,15 @@ class VLLMBackend:
                 # decoding is diffeval's (greedy, no penalties): never the checkpoint's generation_config defaults
                 generation_config="vllm",
             )
-        except (ValueError, RuntimeError) as exc:  # vLLM's own checks: memory, lengths, parallel sizes
+        except (ValueError, RuntimeError, MemoryError) as exc:  # vLLM's own checks: memory, lengths, parallel sizes
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            if is_resource_error(exc) or "kv cache" in str(exc).lower():  # the options sized it, not the files
+                raise InputError(
+                    f"model {spec.name}: vLLM cannot fit it in memory ({first[:300]}) with --max-model-len {max_len} "
+                    f"and --gpu-memory-utilization {options.gpu_memory_utilization}: pass a shorter --max-model-len "
+                    "(at least the run's longest --ctx) or a larger --gpu-memory-utilization (at most 0.95)"
+                    + (", or --dtype bfloat16 (half of float32's memory)" if dtype == "float32" else "")
+                ) from None
             raise InputError(f"model {spec.name}: vLLM cannot start it ({first[:300]})") from None
         return cls(llm, tokenizer, info, stop_token_ids(spec, config, hf_tokenizer))
 

@@ -79,7 +79,9 @@ class Variant:
     vllm_model: str | None = None  # "module:Class" diffeval's vLLM plugin registers for `architectures[0]`
     register_hf: str | None = None  # "module:function" teaching transformers' Auto classes the architecture
     check_folder: str | None = None  # "module:function(spec)": refuse, before the config is read, a layout never run
-    check_config: str | None = None  # "module:function(spec, config)": config keys that must hold honourable values
+    # "module:function(spec, config, given)": config keys that must hold honourable values (`given`: the keys
+    # config.json holds, before transformers fills in its defaults)
+    check_config: str | None = None
     layout_hint: str | None = None  # "module:function(missing, unexpected) → str | None": what mismatched weights are
     after_load: str | None = None  # "module:function(model, config)": what transformers' class leaves undone
     inspect_lambdas: str | None = None  # "module:function(model[, ids])": the λ table `models inspect` prints

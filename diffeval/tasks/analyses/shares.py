@@ -19,6 +19,7 @@ from diffeval.models.backend import Backend
 from diffeval.models.layer_kinds import analysed_layers, attention_layers, kinds, skipped_text
 from diffeval.models.variants import registry as variants
 from diffeval.models.variants.base import PER_TOKEN
+from diffeval.records import Sized
 from diffeval.tasks.base import RunContext
 from diffeval.tasks.blocks import Block, Chart, Document, Section, Series
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions
 SEGMENTS = ("answer", "needles", "noise", "scaffold", "sink")
 HEADLINE_MAP = {True: "diff", False: "softmax"}
 # every map's per-layer shares of every segment, as the segment table, per-layer table and view read them
-MAP_SHARES = {segment: list[float] for segment in (*SEGMENTS, "row_sum")}
+MAP_SHARES = {segment: Sized(list[float], "attending layers", "layer") for segment in (*SEGMENTS, "row_sum")}
 MAPS_SCHEMA = GenericAlias(dict, (str, MAP_SHARES))  # a record's `shares`, {map: MAP_SHARES}, as its schema reads it
 SEGMENT_COLOURS = {  # the viewer's chart colours
     "answer": "#d62728", "needles": "#ff7f0e", "noise": "#7f7f7f", "scaffold": "#1f77b4", "sink": "#9467bd",

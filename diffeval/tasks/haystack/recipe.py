@@ -174,7 +174,7 @@ def check_fits_with(recipe: Recipe) -> Callable[[RunContext[Any], dict], Any]:
                 options, overflowed = smaller, overflowed or sample.ctx
         if overflowed is None:
             return None
-        Console(stderr=True).print(
+        Console(stderr=True, markup=False).print(
             f"note: the built-in models' tokenizer cannot fit {recipe.name}'s {' '.join(context.options.settings())} "
             f"at {format_ctx(overflowed)}: it runs at {' '.join(options.settings())}, the most that fits",
             highlight=False,

@@ -23,10 +23,10 @@ import time
 
 from diffeval.data import books
 from diffeval.models.backend import Backend, Tokenizer
-from diffeval.records import Record, sample_id
+from diffeval.records import Record, Sized, sample_id
 from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Running, Scoring, Task, Viewing
 from diffeval.tasks.blocks import Listing
-from diffeval.tasks.loss.buckets import score
+from diffeval.tasks.loss.buckets import STRIP_BINS, score
 from diffeval.tasks.loss.nll_options import NLLOptions
 from diffeval.tasks.loss.nll_report import pair_tables, paper_coverage, plots, sample_view, tables
 from diffeval.tasks.loss.windows import Window, cut_windows, token_limits, window_text
@@ -96,11 +96,11 @@ RECORD_SCHEMA = {
     "nll": float,
     "bpb": float,
     "nll_per_token": float,
-    "token_nll": list[float],
-    "token_counts": list[int],
-    "byte_nll": list[float],
-    "bucket_bytes": list[int],
-    "strip": list[float],
+    "token_nll": Sized(list[float], "buckets", "bucket"),  # its length is the run's --buckets
+    "token_counts": Sized(list[int], "buckets", "bucket"),
+    "byte_nll": Sized(list[float], "buckets", "bucket"),
+    "bucket_bytes": Sized(list[int], "buckets", "bucket"),
+    "strip": Sized(list[float], STRIP_BINS, "strip bin"),
     "ids_sha": str,
 }
 

@@ -29,12 +29,12 @@ def refuse_older_axolotl(spec: ModelSpec) -> None:
         )
 
 
-def check_diff_keys(spec: ModelSpec, config) -> None:
+def check_diff_keys(spec: ModelSpec, config, given: set[str]) -> None:
     """A DiffLlama config's per-head-norm keys are honoured on every engine (`diff.sublayer_norm`), axolotl's
     initialisation keys accepted: a value that cannot be honoured is refused here, before any work."""
     for key in ("sublayer_norm", *AXOLOTL_INIT_KEYS):
         value = getattr(config, key, None)
-        if hasattr(config, key) and not isinstance(value, bool):
+        if key in given and not isinstance(value, bool):
             raise InputError(
                 f"model {spec.name}: config.json has {key} = {value!r} ({type(value).__name__}); axolotl writes "
                 f"true or false: set it to one of them"

@@ -11,9 +11,18 @@ from diffeval.models.spec import ModelSpec
 MOTIF_3_KEYS = ("kv_lora_rank", "q_lora_rank", "num_experts", "moe_intermediate_size", "mhc_enabled")
 
 
-def check_motif_keys(spec: ModelSpec, config) -> None:
+def check_motif_keys(spec: ModelSpec, config, given: set[str]) -> None:
     """A Motif config diffeval computes exactly: Motif-2.6B's dense DIFF attention or Motif-2-12.7B's grouped one, with
-    PolyNorm (the head counts are checked by the config class, models/variants/motif/modeling.py)."""
+    PolyNorm (the head counts are checked by the config class, models/variants/motif/modeling.py). `given`: the keys
+    config.json holds; transformers fills a missing head_dim with hidden_size // num_attention_heads, which grouped
+    attention's heads do not follow (Motif-2-12.7B: 40 heads of 128 over a width of 4096)."""
+    if config.num_noise_heads is not None and "head_dim" not in given:
+        raise InputError(
+            f"model {spec.name}: num_noise_heads (grouped differential attention) needs head_dim in the config: "
+            "config.json has none, and the default (hidden_size // num_attention_heads = "
+            f"{config.hidden_size // config.num_attention_heads}) is not grouped attention's; add the head_dim the "
+            "weights were saved with (Motif-2-12.7B: 128)"
+        )
     found = [key for key in MOTIF_3_KEYS if getattr(config, key, None) is not None]
     if found:
         raise InputError(

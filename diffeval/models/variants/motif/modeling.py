@@ -80,8 +80,6 @@ class MotifConfig(LlamaConfig):
             if heads % kv_heads:
                 raise ValueError(f"num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
             return
-        if self.head_dim is None:
-            raise ValueError("num_noise_heads (grouped differential attention) needs head_dim in the config")
         if self.k_ratio not in (None, 1):
             raise ValueError(f"k_ratio {self.k_ratio} is not supported: the published Motif-2-12.7B and vLLM use 1")
         if not 0 < noise < heads or (heads - noise) % noise:

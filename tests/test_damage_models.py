@@ -1,0 +1,120 @@
+"""Damaged or odd checkpoints and engine options, one table per command (`models inspect`, `run`): each is refused in
+one line that blames what is wrong (a config key, the file, the option, never "the checkpoint files" for a setting),
+and a refused run leaves no folder. Terminal output prints user data as it is, never as rich markup."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_bad_input import assert_refused_in_place
+
+from conftest import run_cli_in_process as run_cli
+from diffeval.models.checkpoints.loading import memory_error
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tiny_models, variant_checkpoint, tmp_path_factory) -> dict[str, Path]:
+    """Real tiny checkpoints, each damaged one way."""
+    root = tmp_path_factory.mktemp("odd")
+    found = {"base": tiny_models["base_a"]}
+    found["gda without head_dim"] = root / "gda"
+    shutil.copytree(variant_checkpoint("motif-gda"), found["gda without head_dim"])
+    config = json.loads((found["gda without head_dim"] / "config.json").read_text())
+    del config["head_dim"]  # transformers would fill in hidden_size // heads = 6, which is not the weights' 32
+    (found["gda without head_dim"] / "config.json").write_text(json.dumps(config))
+    found["markup [bold] path"] = root / "m[bold]x"
+    shutil.copytree(tiny_models["base_a"], found["markup [bold] path"])
+    if _has_gguf():
+        from gguf_checkpoints import write_gguf
+
+        whole = write_gguf(tiny_models["base_a"], root / "whole.gguf")
+        found["gguf truncated"] = root / "truncated.gguf"
+        found["gguf truncated"].write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+        found["gguf garbled"] = root / "garbled.gguf"
+        found["gguf garbled"].write_bytes(b"GGUF" + b"\x00garbled" * 10)
+        found["gguf of another architecture"] = write_gguf(tiny_models["base_a"], root / "other.gguf", "nonsense")
+    return found
+
+
+def _has_gguf() -> bool:
+    try:
+        import gguf  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+MODELS_INSPECT = [
+    ("gda without head_dim", "num_noise_heads (grouped differential attention) needs head_dim in the config"),
+    ("gguf truncated", "the file may be truncated"),
+    ("gguf garbled", "cannot read"),
+    ("gguf of another architecture", "is a GGUF file of an architecture transformers cannot load"),
+]
+RUN = [  # (checkpoint, extra options, message)
+    ("gda without head_dim", [], "needs head_dim in the config: config.json has none"),
+    ("gguf truncated", [], "the file may be truncated"),
+    ("gguf of another architecture", [], "is a GGUF file of an architecture transformers cannot load"),
+    ("base", ["--chat-template"], "has no chat template in its tokenizer: leave out --chat-template"),
+    ("base", ["--threads", "0"], "--threads 0: give at least 1"),
+    ("base", ["--threads", "-3"], "--threads -3: give at least 1"),
+    ("base", ["--threads", "100000000"], "--threads 100000000: this process may use"),
+    ("base", ["--threads", "99999999999999999999"], "--threads 99999999999999999999: this process may use"),
+    ("base", ["--threads", "٣"], "Invalid value for '--threads'"),
+]
+
+
+@pytest.mark.parametrize(("damage", "message"), MODELS_INSPECT, ids=[c[0] for c in MODELS_INSPECT])
+def test_models_inspect_on_an_odd_checkpoint(checkpoints, tmp_path, damage, message):
+    if damage not in checkpoints:
+        pytest.skip("GGUF checkpoints need the [gguf] extra")
+    assert_refused_in_place(tmp_path, ["models", "inspect", f"m={checkpoints[damage]}"], message)
+
+
+@pytest.mark.parametrize(("damage", "options", "message"), RUN, ids=[f"{c[0]} {' '.join(c[1])}" for c in RUN])
+def test_run_with_an_odd_checkpoint_or_engine_option(checkpoints, tmp_path, damage, options, message):
+    if damage not in checkpoints:
+        pytest.skip("GGUF checkpoints need the [gguf] extra")
+    args = ["run", "needle", "-m", f"m={checkpoints[damage]}", "--ctx", "1k", "--samples", "1", "--depths", "50"]
+    assert_refused_in_place(tmp_path, [*args, *options], message)
+
+
+@pytest.mark.parametrize(
+    ("error", "dtype", "device", "fix"),
+    [
+        (MemoryError(), "float32", "cpu", "pass --dtype bfloat16"),
+        (RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"), "bfloat16", "cuda", "pass --device cpu"),
+        (RuntimeError("[enforce fail] DefaultCPUAllocator: can't allocate memory"), "bfloat16", "cpu", "more memory"),
+    ],
+)
+def test_a_load_out_of_memory_blames_the_option_not_the_files(error, dtype, device, fix):
+    import torch
+
+    from diffeval.models.spec import parse_models
+
+    [spec] = parse_models(["m=toy-base"])
+    message = str(memory_error(spec, getattr(torch, dtype), device, error))
+    assert f"as --dtype {dtype}" in message and fix in message and "checkpoint files are whole" in message
+
+
+def _unwrapped(text: str) -> str:
+    """Terminal output without its whitespace: rich wraps long lines at the terminal's width."""
+    return "".join(text.split())
+
+
+def test_user_data_with_markup_is_printed_verbatim(checkpoints, tmp_path):
+    """A checkpoint path with `[bold]` and an --out path with `[red]` come out as typed on every line naming them."""
+    shown = run_cli("models", "inspect", f"m={checkpoints['markup [bold] path']}")
+    assert shown.returncode == 0 and _unwrapped(f"m: {checkpoints['markup [bold] path']}") in _unwrapped(shown.stdout)
+    out = tmp_path / "results" / "[red]x"
+    args = ["run", "needle", "-m", f"m={checkpoints['base']}", "--ctx", "1k", "--samples", "1", "--depths", "50"]
+    first = run_cli(*args, "--out", str(out))
+    assert first.returncode == 0 and _unwrapped(f"results: {out}") in _unwrapped(first.stdout), first.stdout
+    again = run_cli(*args, "--out", str(out))
+    assert _unwrapped("resuming: 1 of 1 samples already done") in _unwrapped(again.stderr), again.stderr
+    dry = run_cli(*args, "--out", str(out), "--dry-run")
+    assert dry.returncode == 0 and _unwrapped(f"dry run into {out}") in _unwrapped(dry.stdout), dry.stdout
+    report = run_cli("report", str(out))
+    assert report.returncode == 0 and _unwrapped(f"wrote {out}/summary.csv") in _unwrapped(report.stdout)
