@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffeval.config import int_list, option
-from diffeval.data.haystack import haystack_sentences
+from diffeval.data.haystack import haystack_sentences, source_files
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
 from diffeval.errors import InputError
 from diffeval.tasks.base import RunContext
@@ -40,7 +40,11 @@ class MKNiahOptions(DepthOptions):
         parse=int_list("--variants"),
     )  # fmt: skip
     keys: int = option(4, help="variant 1: needles with distinct keys, one asked for (RULER: 4)")
-    haystack: str = option("book", help="variant 1's haystack: book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise")
+    haystack: str = option(
+        "book",
+        help="variant 1's haystack: book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise",
+        reads=lambda o: source_files(o.haystack),
+    )
 
     def settings(self) -> list[str]:
         return [f"multikey_{v}" for v in self.variants]
