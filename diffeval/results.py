@@ -141,9 +141,10 @@ class RunFolder:
             shutil.rmtree(self.path, ignore_errors=True)
             return
         replaced = self.path / REPLACED_DIR
-        if replaced.is_dir():  # --overwrite emptied the folder: everything in it now is this run's
+        if replaced.is_dir():  # --overwrite emptied the folder: all in it now is this run's, but a lock it kept
+            kept = {REPLACED_DIR, LOCK_FILE} if LOCK_FILE in found else {REPLACED_DIR}
             for child in self.path.iterdir():
-                if child.name not in (REPLACED_DIR, LOCK_FILE):
+                if child.name not in kept:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
             for child in replaced.iterdir():
                 child.replace(self.path / child.name)

@@ -328,3 +328,166 @@ def test_a_folder_from_before_input_hashes_resumes_and_records_them(tmp_path):
     run = json.loads((tmp_path / "old" / "run.json").read_text())
     assert run["run_format"] == RUN_FORMAT and set(run["config"]["input_sha256"]) == {"haystack"}
     assert (tmp_path / "old" / "samples.jsonl").read_bytes() == records  # nothing left to run: all were done
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The folder guard: refusals raised while the samples are sized (after the check stage, before the folder is written).
+
+
+def _sizing_inputs(root: Path) -> dict[str, Path]:
+    """A haystack whose every sentence names a zebra, and a needle set whose keyword is `zebra`: no haystack can be
+    kept free of the keyword (NoLiMa's rule); a books folder of the shipped book's first 20,000 characters (a few
+    windows of 1K)."""
+    (root / "zebras").mkdir(parents=True)
+    (root / "zebras" / "z.txt").write_text(" ".join(f"The zebra number {i} walks by the river." for i in range(300)))
+    pair = {
+        "id": "z",
+        "question": "Which character has seen a zebra?",
+        "keywords": ["zebra"],
+        "direct": "Actually, {character} feeds the zebra daily.",
+        "inverted": "The zebra is fed by {character}.",
+    }
+    (root / "zebras.json").write_text(json.dumps({"name": "zebras", "characters": ["Yuki", "Stuart"], "pairs": [pair]}))
+    (root / "short").mkdir()
+    shutil.copy(PACKAGE / "data" / "texts" / "books.jsonl", root / "short")
+    book = (PACKAGE / "data" / "texts" / "austen-persuasion.txt").read_text(encoding="utf-8")[:20_000]
+    (root / "short" / "austen-persuasion.txt").write_text(book, encoding="utf-8")
+    return {"zebras": root / "zebras", "zebras.json": root / "zebras.json", "short": root / "short"}
+
+
+PROBE = ["--ctx", "1k", "--samples", "1"]
+# refusal → (the command, the corrected option(s) that replace its last two arguments, what the one line says)
+SIZING = {
+    "nll --windows past the documents": (
+        ["run", "nll", *TOY, "--ctx", "1k", "--data-dir", "{short}", "--windows", "50"],
+        ["--windows", "2"],
+        "use --windows 9",
+    ),
+    "mk-niah --keys 64 at 1K": (
+        ["run", "mk-niah", *TOY, *PROBE, "--depths", "0", "--variants", "1", "--keys", "64"],
+        ["--keys", "4"],
+        "holds at most 31 keys (--keys)",
+    ),
+    "vt --chains 50 at 1K": (["run", "vt", *TOY, *PROBE, "--chains", "50"], ["--chains", "2"], "(--chains)"),
+    "mv-niah --values 64 at 1K": (
+        ["run", "mv-niah", *TOY, *PROBE, "--depths", "0", "--values", "64"],
+        ["--values", "4"],
+        "holds at most 31 values (--values)",
+    ),
+    "nolima needles the haystack cannot be kept free of": (
+        [
+            "run",
+            "nolima",
+            *TOY,
+            *PROBE,
+            "--depths",
+            "0",
+            "--haystack",
+            "essays:{zebras}",
+            "--needle-set",
+            "{zebras.json}",
+        ],
+        ["--templates", "direct"],  # the shipped needle set
+        "every sentence of haystack",
+    ),
+}
+
+
+def _sizing(refusal: str, root: Path) -> tuple[list[str], list[str], str]:
+    args, corrected, message = SIZING[refusal]
+    args = _filled(args, _sizing_inputs(root / "inputs"))
+    return args, [*args[:-2], *corrected], message
+
+
+@pytest.mark.parametrize("refusal", list(SIZING))
+def test_a_refusal_while_sizing_writes_nothing(refusal, tmp_path):
+    """No folder is created (default or --out), and a folder this config started (as an older version, sizing later,
+    left it) stays byte-identical, with --overwrite too."""
+    args, _, message = _sizing(refusal, tmp_path)
+    assert_refused_in_place(tmp_path, args, message)
+    assert_refused_in_place(tmp_path, [*args, "--out", "results/run"], message)
+    folder = _started(tmp_path, args)
+    assert_refused_in_place(tmp_path, [*args, "--out", str(folder)], message, kept=(folder,))
+    assert_refused_in_place(tmp_path, [*args, "--out", str(folder), "--overwrite"], message, kept=(folder,))
+
+
+@pytest.mark.slow  # a real run of each probe: about 30 s in all
+@pytest.mark.parametrize("refusal", list(SIZING))
+def test_the_corrected_command_runs_where_the_refused_one_was_pointed(refusal, tmp_path):
+    args, corrected, message = _sizing(refusal, tmp_path)
+    out = ["--out", "results/run"]
+    assert_refused_in_place(tmp_path, [*args, *out], message)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(tmp_path)
+        result = run_cli(*corrected, *out)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "results" / "run" / "samples.jsonl").stat().st_size > 0
+
+
+def test_a_refusal_while_sizing_leaves_another_runs_folder_under_overwrite_as_it_was(tmp_path):
+    args, _, message = _sizing("mk-niah --keys 64 at 1K", tmp_path)
+    other = tmp_path / "results" / "other"
+    shutil.copytree(REPO / "results" / "toy-pair", other)
+    assert_refused_in_place(tmp_path, [*args, "--out", str(other), "--overwrite"], message, kept=(other,))
+
+
+def test_a_suite_sizes_every_run_before_the_first_writes(tmp_path):
+    """The second task's refusal while sizing leaves no folder, not even the first task's."""
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(
+        "suite: guarded\nmodels: {diff: toy-diff, base: toy-base}\nctx: 1k\nsamples: 1\ntasks:\n"
+        "  - task: needle\n    depths: [0]\n  - task: mk-niah\n    depths: [0]\n    variants: [1]\n    keys: 64\n"
+    )
+    assert_refused_in_place(tmp_path, ["run", "suite", str(suite)], "holds at most 31 keys (--keys)")
+    assert_refused_in_place(tmp_path, ["run", "suite", str(suite), "--overwrite"], "holds at most 31 keys")
+
+
+# A refusal that only a loaded model can raise: nll on hf applies the LM head itself, so a model whose config
+# transforms its logits (`logit_scale`) is refused at its first pass, after run.json was written.
+
+
+@pytest.fixture
+def scaled_head(tmp_path) -> Path:
+    model = tmp_path / "scaled"
+    shutil.copytree(PACKAGE / "toy_models" / "toy-base", model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "logit_scale": 2.0}))
+    return model
+
+
+SCALED = "error: model base transforms its logits (logit_scale): nll on hf supports plain LM heads only"
+
+
+def _refused_after_loading(cwd: Path, args: list[str], kept: tuple[Path, ...] = ()) -> None:
+    """`assert_refused_in_place` for a refusal that comes once the run has started: the model's progress bar is on
+    the screen above the one error line, the last."""
+    results = cwd / "results"
+    folders, before = set(results.iterdir()), {folder: _snapshot(folder) for folder in kept}
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(cwd)
+        result = run_cli(*args)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == SCALED, result.stderr
+    assert "Traceback" not in result.stderr
+    assert set(results.iterdir()) == folders, "a refused run left a run folder"
+    for folder, files in before.items():
+        assert _snapshot(folder) == files, f"a refused run changed {folder}"
+
+
+def test_a_refusal_once_a_model_is_loaded_undoes_what_the_run_wrote(scaled_head, tmp_path):
+    args = ["run", "nll", "-m", f"base={scaled_head}", "--ctx", "1k"]
+    folder = _started(tmp_path, args)  # a folder of the same config: its run.json is put back, byte-identical
+    _refused_after_loading(tmp_path, [*args, "--out", "results/run"])
+    _refused_after_loading(tmp_path, [*args, "--out", str(folder)], kept=(folder,))
+    other = tmp_path / "results" / "other"  # --overwrite sets another run's folder aside: it is put back
+    shutil.copytree(REPO / "results" / "toy-pair", other)
+    _refused_after_loading(tmp_path, [*args, "--out", str(other), "--overwrite"], kept=(other,))
+    assert not (other / ".replaced").exists()
+
+
+def test_a_refusal_after_records_were_appended_keeps_them(scaled_head, tmp_path):
+    out = tmp_path / "run"
+    result = run_cli("run", "nll", "-m", "diff=toy-diff", "-m", f"base={scaled_head}", "--ctx", "1k", "--out", str(out))
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == SCALED, result.stderr
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert rows and {row["model"] for row in rows} == {"diff"}
+    assert json.loads((out / "run.json").read_text())["config"]["task"] == "nll"
