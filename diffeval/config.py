@@ -411,7 +411,8 @@ class EngineOptions:
 
 
 def _subclasses(cls: type) -> list[type]:
-    return [sub for direct in cls.__subclasses__() for sub in (direct, *_subclasses(direct))]
+    direct: list[type] = cls.__subclasses__()
+    return [sub for child in direct for sub in (child, *_subclasses(child))]
 
 
 def flag_name(f: Field) -> str:

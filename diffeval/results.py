@@ -152,8 +152,9 @@ class RunFolder:
         for child in self.path.iterdir():
             if child.name not in found and child.is_file():
                 child.unlink()
-        if found.get(RUN_FILE) is not None:
-            (self.path / RUN_FILE).write_bytes(found[RUN_FILE])
+        run = found.get(RUN_FILE)
+        if run is not None:
+            (self.path / RUN_FILE).write_bytes(run)
 
     def prepare(self, config: RunConfig, metadata: dict[str, Any]) -> None:
         """Start or resume a run (call with the folder's lock held, inside `undone_on_refusal`). --overwrite empties the
