@@ -221,7 +221,9 @@ def run_suite(
 
     gates = [parse_threshold(g) for g in fail_under or []]
     checked = [runner.check(config) for config in configs]  # no task runs until every task's models and inputs pass
-    runs = [runner.run(config, err_console, infos) for config, infos in zip(configs, checked)]
+    # nor until every task's folder and samples pass: a refused suite writes nothing
+    planned = [runner.plan(config, infos) for config, infos in zip(configs, checked)]
+    runs = [runner.execute(run, err_console) for run in planned]
     if dry_run:
         return
     finished = [run for run in runs if run is not None]  # every run, but for a dry run's (None)

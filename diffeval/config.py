@@ -8,10 +8,12 @@ belongs to the run's identity. The CLI and the identity rules are derived from t
 from __future__ import annotations
 
 import difflib
+import functools
 import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from importlib import resources
 from pathlib import Path
@@ -23,6 +25,7 @@ from diffeval.errors import InputError
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
+INPUT_HASHES = "input_sha256"  # run.json's config key that holds `RunConfig.input_sha256`
 
 
 def option(
@@ -37,6 +40,7 @@ def option(
     context: bool = False,
     distinct: bool = True,
     applies: tuple[Any, str] | None = None,
+    reads: Callable[[Any], list[Path]] | None = None,
 ) -> Any:
     """A declared option.
 
@@ -49,12 +53,17 @@ def option(
     values may repeat (one of several lists read in pairs); otherwise a repeated value is refused.
     applies: (options → bool, the clause that makes it apply, e.g. "with --probe vt"): an option that acts only beside
     some other values; given (by flag or YAML) where it would do nothing, it is refused, not ignored.
+    reads: the task's options → the user files this option's value makes the task read, in the order read (none for
+    a value that names no file, such as a hub dataset or a built-in source). Their content joins the run's identity
+    (`RunConfig.input_sha256`): a file edited in place under the same path is another run.
     """
     metadata = {"help": help, "flag": flag, "parse": parse, "type": type, "identity": identity, "cli": cli}
     if not distinct:
         metadata["distinct"] = False
     if applies:
         metadata["applies"] = applies
+    if reads is not None:
+        metadata["reads"] = reads
     if context:  # the run's context lengths: declared through `context_option`
         metadata["context"] = True
     if isinstance(default, list):
@@ -237,22 +246,40 @@ class RunConfig:
         """The run's context lengths: the task options' field declared with `context_option`."""
         return list(getattr(self.options, context_field(type(self.options))))
 
+    @functools.cached_property
+    def input_sha256(self) -> dict[str, str]:
+        """The sha256 of what each option declared with `reads` makes the task read, by option name; an option whose
+        value names no user file is left out. Read once per config: the identity and run.json both use it."""
+        hashes = {}
+        for f in fields(type(self.options)):
+            value = getattr(self.options, f.name)
+            if f.metadata.get("reads") is not None and value:
+                paths = f.metadata["reads"](self.options)
+                if paths:
+                    hashes[f.name] = content_sha256(paths)
+        return hashes
+
     def identity(self) -> dict[str, Any]:
         """What defines the results of a run folder."""
         return self.identity_of(self.to_dict())
 
     def identity_of(self, stored: dict[str, Any]) -> dict[str, Any]:
         """The identity of a config as stored in run.json, by this config's rules. Keys that older folders lack take
-        today's defaults (a folder from before `backend` existed ran on hf), so those folders resume."""
+        today's defaults (a folder from before `backend` existed ran on hf), so those folders resume; one from before
+        input hashes takes today's content (and records it when it resumes)."""
         stored_options = stored.get("options") or {}
         # the engine's options sit beside RunConfig's own in run.json; those that change results join the identity
         # (the built-in engines declare none, so their folders keep their names)
         engine = _identity_fields(type(self.engine), stored) if self.engine is not None else {}
-        return {
+        identity = {
             **_identity_fields(RunConfig, stored, skip=("options", "engine")),
             **engine,
             "options": _identity_fields(type(self.options), stored_options),
         }
+        inputs = stored.get(INPUT_HASHES, self.input_sha256)
+        if inputs:  # a run that reads no user file keeps the identity (and folder name) it had before input hashes
+            identity[INPUT_HASHES] = inputs
+        return identity
 
     def identity_hash(self) -> str:
         identity = self.identity()
@@ -267,7 +294,38 @@ class RunConfig:
         """run.json's config: RunConfig's fields, the engine's options beside them, the task's under `options`."""
         data = asdict(self)
         engine = data.pop("engine") or {}
-        return {**data, **engine}
+        inputs = {INPUT_HASHES: self.input_sha256} if self.input_sha256 else {}
+        return {**data, **engine, **inputs}
+
+    def known_fields(self) -> tuple[set[str], set[str]]:
+        """The keys this version writes in run.json's config, and in its `options`: any other key was written by
+        another version (`results.RunFolder` refuses to resume over it). Every engine's options count (a folder of
+        another engine, or from before engines had options of their own, holds them): the fields of every
+        EngineOptions class loaded, and building a config (`tasks.build_config`) loads every engine's."""
+        engines = {f.name for cls in _subclasses(EngineOptions) for f in fields(cls)}
+        own = {f.name for f in fields(RunConfig) if f.name != "engine"}
+        return own | engines | {INPUT_HASHES}, {f.name for f in fields(type(self.options))}
+
+
+def folder_files(folder: str) -> list[Path]:
+    """Every file below a folder, by relative path: what a tool that walks the folder may read."""
+    root = Path(folder).expanduser()
+    return sorted(path for path in root.rglob("*") if path.is_file()) if root.is_dir() else [root]
+
+
+def content_sha256(paths: list[Path]) -> str:
+    """One sha256 of the files' bytes in the order given (each length-prefixed, so no two lists of contents hash
+    alike). A missing or unreadable file hashes as such: the task's own reader refuses it in its words."""
+    digest = hashlib.sha256()
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            digest.update(f"unreadable:{type(exc).__name__}\n".encode())
+            continue
+        digest.update(f"{len(data)}\n".encode())
+        digest.update(data)
+    return digest.hexdigest()
 
 
 def _identity_fields(cls, stored: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -282,10 +340,20 @@ def changed_keys(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Names of identity entries that differ (options flattened beside the run's own)."""
 
     def flat(data: dict[str, Any]) -> dict[str, Any]:
-        return {**{k: v for k, v in data.items() if k != "options"}, **data.get("options", {})}
+        own = {k: v for k, v in data.items() if k not in ("options", INPUT_HASHES)}  # content: `changed_inputs`
+        return {**own, **data.get("options", {})}
 
     old, new = flat(old), flat(new)
     return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+
+
+def changed_inputs(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Names of the options whose value is the same in both identities but whose files' content differs."""
+    old_hashes, new_hashes = old.get(INPUT_HASHES) or {}, new.get(INPUT_HASHES) or {}
+    valued = set(changed_keys(old, new))  # an option given another value is named as such
+    return sorted(
+        k for k in set(old_hashes) | set(new_hashes) if k not in valued and old_hashes.get(k) != new_hashes.get(k)
+    )
 
 
 def assemble(
@@ -347,6 +415,11 @@ class EngineOptions:
         """The torch threads this engine's process runs with, as run.json's machine record names them; None: the
         cores the load leaves free at the run's start (machine.start_threads)."""
         return None
+
+
+def _subclasses(cls: type) -> list[type]:
+    direct: list[type] = cls.__subclasses__()
+    return [sub for child in direct for sub in (child, *_subclasses(child))]
 
 
 def flag_name(f: Field) -> str:

@@ -11,12 +11,13 @@ import json
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from diffeval.config import RunConfig, changed_keys
+import diffeval
+from diffeval.config import INPUT_HASHES, RunConfig, changed_inputs, changed_keys, flag_name
 from diffeval.errors import InputError
 from diffeval.lock import LOCK_FILE
 from diffeval.records import ENVELOPE_SCHEMA, record_problem
@@ -24,6 +25,11 @@ from diffeval.records import ENVELOPE_SCHEMA, record_problem
 RUN_FILE = "run.json"
 SAMPLES_FILE = "samples.jsonl"
 GENERATIONS_FILE = "generations.jsonl"
+REPLACED_DIR = ".replaced"  # what --overwrite set aside while the run may still be refused (`undone_on_refusal`)
+# run.json's format number (its key `run_format`; a folder without one is format 0). Raise it when a change to
+# run.json or the records would make an older diffeval misread a folder or, resuming, rewrite what it does not know:
+# an older version then refuses the folder in one line that names the version that wrote it.
+RUN_FORMAT = 1
 
 
 @dataclass
@@ -67,59 +73,104 @@ class RunFolder:
         return self.path / GENERATIONS_FILE
 
     def check_identity(self, config: RunConfig) -> None:
-        """Refuse a folder that holds a different run, unless --overwrite. Changes nothing on disk."""
+        """Refuse a folder that holds a different run, or one written by a diffeval that stored what this one does
+        not know (resuming would rewrite its run.json without it), unless --overwrite. Changes nothing on disk."""
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"--out {self.path} is a file: give a folder path")
-        existing = self.read_run()
-        if config.overwrite and existing is None and self.path.is_dir():
-            others = [p.name for p in self.path.iterdir() if p.name != LOCK_FILE]
-            if others:  # --overwrite empties a run folder, never an arbitrary one
+        if config.overwrite:  # replaces any run folder, even one this version cannot read
+            others = [p.name for p in self.path.iterdir() if p.name != LOCK_FILE] if self.path.is_dir() else []
+            if others and RUN_FILE not in others:  # --overwrite empties a run folder, never an arbitrary one
                 raise InputError(
                     f"--out {self.path} is not a diffeval run folder (no run.json) and holds {len(others)} file(s): "
                     "give an empty or new folder, or a run folder, with --overwrite"
                 )
-        if existing is None or config.overwrite:
             return
-        changed = changed_keys(config.identity_of(existing["config"]), config.identity())
-        if changed:
+        existing = self.read_run()
+        if existing is None:
+            return
+        stored, identity = existing["config"], config.identity()
+        stored_identity = config.identity_of(stored)
+        changed = changed_keys(stored_identity, identity)
+        if not {"task", "backend"} & set(changed):  # another task's or engine's fields are its own, not unknown
+            self._refuse_unknown_fields(existing, config)
+        declared = {f.name: f for f in fields(type(config.options))}
+        edited = [flag_name(declared[name]) for name in changed_inputs(stored_identity, identity)]
+        reasons = [f"{', '.join(changed)} differ"] if changed else []
+        if edited:
+            reasons.append(f"the content read through {', '.join(edited)} changed since that run")
+        if reasons:
             raise InputError(
-                f"{self.path} holds a run with a different config ({', '.join(changed)} differ): "
+                f"{self.path} holds a run with a different config ({'; '.join(reasons)}): "
                 "choose another --out, or pass --overwrite to replace it"
+            )
+
+    def _refuse_unknown_fields(self, run: dict[str, Any], config: RunConfig) -> None:
+        own, options = config.known_fields()
+        stored = run["config"]
+        unknown = sorted(set(stored) - own) + sorted(f"options.{k}" for k in set(stored.get("options", {})) - options)
+        if unknown:
+            raise InputError(
+                f"{self.path / RUN_FILE} holds config fields this diffeval ({diffeval.__version__}) does not know "
+                f"({', '.join(unknown)}), written by diffeval {_writer(run)}: upgrade diffeval to resume it, "
+                "or give another --out"
             )
 
     @contextmanager
     def undone_on_refusal(self) -> Iterator[None]:
         """Bad input found after the run started writing (InputError) leaves the folder as it was found, unless
         records were appended by then (computed results are kept): a folder this run created is removed; in one it
-        found, its run.json is put back and the files it added are removed."""
+        found, its run.json is put back, the files it added are removed, and what --overwrite set aside is put back.
+        Whatever else ends the run, what --overwrite set aside is removed: the folder was replaced."""
         existed = self.path.is_dir()
         found = {p.name: p.read_bytes() if p.name == RUN_FILE else None for p in self.path.iterdir()} if existed else {}
         sizes = {p: p.stat().st_size if p.is_file() else 0 for p in (self.samples_path, self.generations_path)}
+        replaced = self.path / REPLACED_DIR
         try:
             yield
         except InputError:
-            if all((p.stat().st_size if p.is_file() else 0) == size for p, size in sizes.items()):
-                if not existed:
-                    shutil.rmtree(self.path, ignore_errors=True)
-                else:
-                    for child in self.path.iterdir():
-                        if child.name not in found and child.is_file():
-                            child.unlink()
-                    if found.get(RUN_FILE) is not None:
-                        (self.path / RUN_FILE).write_bytes(found[RUN_FILE])
+            # after --overwrite set the folder's files aside, any record in it was appended by this run
+            start = dict.fromkeys(sizes, 0) if replaced.is_dir() else sizes
+            if all((p.stat().st_size if p.is_file() else 0) == size for p, size in start.items()):
+                self._undo(existed, found)
             raise
+        finally:
+            shutil.rmtree(replaced, ignore_errors=True)
+
+    def _undo(self, existed: bool, found: dict[str, bytes | None]) -> None:
+        if not existed:
+            shutil.rmtree(self.path, ignore_errors=True)
+            return
+        replaced = self.path / REPLACED_DIR
+        if replaced.is_dir():  # --overwrite emptied the folder: all in it now is this run's, but a lock it kept
+            kept = {REPLACED_DIR, LOCK_FILE} if LOCK_FILE in found else {REPLACED_DIR}
+            for child in self.path.iterdir():
+                if child.name not in kept:
+                    shutil.rmtree(child) if child.is_dir() else child.unlink()
+            for child in replaced.iterdir():
+                child.replace(self.path / child.name)
+            return
+        for child in self.path.iterdir():
+            if child.name not in found and child.is_file():
+                child.unlink()
+        run = found.get(RUN_FILE)
+        if run is not None:
+            (self.path / RUN_FILE).write_bytes(run)
 
     def prepare(self, config: RunConfig, metadata: dict[str, Any]) -> None:
-        """Start or resume a run (call with the folder's lock held). --overwrite empties the folder first. `metadata`
+        """Start or resume a run (call with the folder's lock held, inside `undone_on_refusal`). --overwrite empties the
+        folder first, setting its files aside in REPLACED_DIR. `metadata`
         (versions, models, machine) is merged into run.json; a resume on a machine other than the one recorded keeps
         the earlier record in `earlier_machines`."""
         self.check_identity(config)  # again, under the lock: another run may have started here since the first check
         existing = None if config.overwrite else self.read_run()
-        if config.overwrite:
-            for child in self.path.iterdir():
-                if child.name != LOCK_FILE:
-                    shutil.rmtree(child) if child.is_dir() else child.unlink()
-        run: dict[str, Any] = existing if existing is not None else {"created": _now()}
+        if config.overwrite:  # set aside, not removed: a refusal before any record puts it back (`undone_on_refusal`)
+            replaced = self.path / REPLACED_DIR
+            shutil.rmtree(replaced, ignore_errors=True)  # a killed run's: its folder was replaced then
+            children = [child for child in self.path.iterdir() if child.name != LOCK_FILE]
+            replaced.mkdir()
+            for child in children:
+                child.replace(replaced / child.name)
+        run: dict[str, Any] = existing if existing is not None else {"run_format": RUN_FORMAT, "created": _now()}
         machine = metadata.get("machine")
         timed = self.samples_path.is_file() or self.generations_path.is_file()
         if existing is not None and timed and machine is not None and existing.get("machine") != machine:
@@ -128,7 +179,9 @@ class RunFolder:
             run["earlier_machines"] = [*existing.get("earlier_machines", []), existing.get("machine")]
         # what loading a model showed (parameters, learned λ) outlives a resume that no longer loads it
         models = {**metadata.get("models", {}), **run.get("models", {})}
-        run.update({"config": config.to_dict(), "updated": _now(), **metadata, "models": models})
+        run.update(
+            {"run_format": RUN_FORMAT, "config": config.to_dict(), "updated": _now(), **metadata, "models": models}
+        )
         self._write_run(run)
 
     def record_model(self, name: str, info: dict[str, Any]) -> None:
@@ -152,6 +205,15 @@ class RunFolder:
             run = json.loads(path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError):
             raise InputError(f"{path} is not valid JSON: {fix}") from None
+        written = run.get("run_format", 0) if isinstance(run, dict) else 0
+        if not isinstance(written, int) or isinstance(written, bool) or written < 0:
+            raise InputError(f"{path} has a damaged run_format ({written!r}): {fix}")
+        if written > RUN_FORMAT:  # a newer diffeval's folder: this one would misread it, and a resume drop its fields
+            raise InputError(
+                f"{path} was written by diffeval {_writer(run)} in run.json format {written}, newer than this "
+                f"diffeval ({diffeval.__version__}) reads (format {RUN_FORMAT}): upgrade diffeval, "
+                "or give another --out"
+            )
         config = run.get("config") if isinstance(run, dict) else None
         if not isinstance(config, dict) or not isinstance(config.get("task"), str):
             raise InputError(f"{path} has no config with a task name: {fix}")
@@ -162,6 +224,9 @@ class RunFolder:
         metadata = run.get("models", {})
         if not isinstance(metadata, dict) or not all(isinstance(m, dict) for m in metadata.values()):
             raise InputError(f"{path} has damaged model metadata: {fix}")
+        hashes = config.get(INPUT_HASHES, {})
+        if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+            raise InputError(f"{path} has damaged input hashes ({INPUT_HASHES}): {fix}")
         return run
 
     def read_records(
@@ -216,6 +281,13 @@ class RunFolder:
                 with path.open("r+b") as handle:
                     handle.truncate(keep)
         return RecordWriter(path.open("a", encoding="utf-8"))
+
+
+def _writer(run: dict[str, Any]) -> str:
+    """The diffeval version run.json records as the one that wrote it."""
+    versions = run.get("versions")
+    version = versions.get("diffeval") if isinstance(versions, dict) else None
+    return str(version) if version else "of an unrecorded version"
 
 
 def _now() -> str:

@@ -97,16 +97,39 @@ def check(config: RunConfig) -> dict[str, dict]:
     return infos
 
 
-def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict] | None = None) -> RunFolder | None:
-    """Evaluate, or with --dry-run print the run's size and return None. `infos`: what `check(config)` returned
-    (a suite checks all its runs before the first starts); without it, the check stage runs here."""
-    console = console or Console(stderr=True, markup=False)  # user data (paths, names) is printed as it is
-    task = TASKS[config.task]
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """A run that passed everything that can refuse it before it writes: its models and inputs, its folder, and its
+    samples, sized."""
+
+    config: RunConfig
+    infos: dict[str, dict]  # what `check(config)` returned
+    folder: RunFolder
+    samples: list
+
+
+def plan(config: RunConfig, infos: dict[str, dict] | None = None) -> Planned:
+    """The check stage (unless `infos` holds what it returned), the folder's identity and the samples: a refusal from
+    any of them leaves every folder as it was. A suite plans all its runs before the first one writes."""
     infos = check(config) if infos is None else infos
     folder = RunFolder(config.out_dir())
     folder.check_identity(config)  # before the lock: a refused run leaves the folder as it was
+    samples = make_samples(TASKS[config.task], config)  # sizing refuses what cannot fit before the folder is written
+    return Planned(config, infos, folder, samples)
+
+
+def run(config: RunConfig, console: Console | None = None, infos: dict[str, dict] | None = None) -> RunFolder | None:
+    """Evaluate, or with --dry-run print the run's size and return None. `infos`: what `check(config)` returned;
+    without it, the check stage runs here."""
+    return execute(plan(config, infos), console)
+
+
+def execute(planned: Planned, console: Console | None = None) -> RunFolder | None:
+    """Evaluate a planned run, or with --dry-run print its size and return None."""
+    console = console or Console(stderr=True, markup=False)  # user data (paths, names) is printed as it is
+    config, infos, folder, samples = planned.config, planned.infos, planned.folder, planned.samples
+    task = TASKS[config.task]
     samples_for = functools.partial(samples_under_limit, task, config)
-    samples = make_samples(task, config)  # sizing refuses what cannot fit before the folder is written
     if config.dry_run:
         Console(markup=False).print(dry_run(config, task, folder, samples, samples_for, console), soft_wrap=True)
         return None

@@ -47,6 +47,24 @@ def load(source: str, data_dir: str | None, count: int | None = None) -> list[Do
     return list(documents[:count] if count is not None else documents)
 
 
+def book_files(folder: str) -> list[Path]:
+    """The files a books folder gives a run, in the order read: books.jsonl, then each <id>.txt it lists (a line
+    that is no book entry names none: reading the folder refuses it)."""
+    root = Path(folder).expanduser()
+    index = root / "books.jsonl"
+    try:
+        lines = index.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return [index]
+    ids = []
+    for line in lines:
+        try:
+            ids.append(str(json.loads(line)["id"]))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return [index, *(root / f"{book_id}.txt" for book_id in ids)]
+
+
 @lru_cache(maxsize=4)
 def _books(folder: str) -> tuple[Document, ...]:
     root = Path(folder)

@@ -109,10 +109,15 @@ def load(name: str, data_dir: str | None, count: int) -> list[Document]:
     return rows
 
 
-def _load_local(name: str, root: Path, count: int) -> list[Document]:
+def local_file(name: str, root: Path) -> Path:
+    """The JSONL file of a dataset in a local folder: <name>.jsonl, else the name the shared datasets give it."""
     shared_names = {"xsum": "xsum_lookbacklens_200.jsonl", "cnndm": "cnndm_frank_200.jsonl"}
     candidates = [root / f"{name}.jsonl", root / shared_names.get(name, f"longbench_{name}.jsonl")]
-    path = next((c for c in candidates if c.is_file()), candidates[-1])
+    return next((c for c in candidates if c.is_file()), candidates[-1])
+
+
+def _load_local(name: str, root: Path, count: int) -> list[Document]:
+    path = local_file(name, root)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:

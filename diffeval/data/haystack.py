@@ -85,10 +85,24 @@ def _corpus_sentences(source: str) -> tuple[str, ...]:
     return sentences
 
 
+def source_files(source: str) -> list[Path]:
+    """The user files a haystack source reads, in the order read: essays:PATH's .txt files or its JSON file; none for
+    the other sources (built in, or a hub dataset)."""
+    kind, _, arg = source.partition(":")
+    if kind != "essays" or not arg:
+        return []
+    path = Path(arg).expanduser()
+    return _essay_files(path) if path.is_dir() else [path]
+
+
+def _essay_files(folder: Path) -> list[Path]:
+    return sorted(folder.glob("*.txt"))
+
+
 def _read_essays(path: Path) -> list[str]:
     try:
         if path.is_dir():
-            files = sorted(path.glob("*.txt"))
+            files = _essay_files(path)
             if not files:
                 raise InputError(f"haystack folder {path} has no .txt files: point essays: at a folder of .txt files")
             return [_utf8(f) for f in files]

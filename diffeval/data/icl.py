@@ -140,6 +140,29 @@ def load(name: str, data_dir: str | None = None) -> ICLDataset:
     return _load_hub(name)
 
 
+# the files `_load_local` reads of each dataset, under the data folder
+LOCAL_FILES = {
+    "trec": ("trec/train.jsonl", "trec/test.jsonl"),
+    "trec-fine": ("trec/train.jsonl", "trec/test.jsonl"),
+    "banking77": ("banking77/train.csv", "banking77/test.csv"),
+    "clinic150": ("clinc150/data_oos_plus.json",),
+}
+# `--test-indices FOLDER`: each dataset's index file in it (long-context-icl's `dataset-splits/` names)
+INDEX_FILES = {"trec": "trec", "trec-fine": "trec", "banking77": "banking", "clinic150": "clinic"}
+
+
+def local_files(names: list[str], data_dir: str) -> list[Path]:
+    """The files a run of these datasets reads from a local data folder, in the order read."""
+    root = Path(data_dir).expanduser()
+    return list(dict.fromkeys(root / file for name in names for file in LOCAL_FILES.get(name, ())))
+
+
+def indices_file(path: str, name: str) -> Path:
+    """The test indices a dataset reads from `--test-indices`: the file itself, or the dataset's file in a folder."""
+    given = Path(path).expanduser()
+    return given / f"{INDEX_FILES[name]}-indices.txt" if given.is_dir() else given
+
+
 def _load_local(name: str, root: Path) -> ICLDataset:
     try:
         if name in ("trec", "trec-fine"):

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diffeval.config import context_option, option
+from diffeval.config import context_option, folder_files, option
 from diffeval.errors import InputError
 
 
@@ -19,7 +19,11 @@ class LmEvalOptions:
         lm_tasks: list[str]
 
     ctx: list[int] = context_option([2048], help="lm-eval's max_length [default: 2048]")
-    include_path: str | None = option(None, help="folder of extra lm-eval task YAMLs (e.g. local data files)")
+    include_path: str | None = option(
+        None,
+        help="folder of extra lm-eval task YAMLs (e.g. local data files)",
+        reads=lambda o: folder_files(o.include_path),  # lm-eval reads the YAMLs below it and the files they name
+    )
     lm_batch_size: int = option(8, help="lm-eval batch size [default: 8]")
 
     def validate(self) -> None:

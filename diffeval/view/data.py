@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diffeval.config import RunConfig, field_default
+from diffeval.config import INPUT_HASHES, RunConfig, field_default
 from diffeval.errors import InputError
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
@@ -105,7 +105,7 @@ def dropped_notes_of(view: RunView) -> str | None:
 def config_from_run(run: dict) -> RunConfig:
     """The RunConfig that made a run, from its run.json."""
     stored = run["config"]
-    values = {k: v for k, v in stored.items() if k != "options"}
+    values = {k: v for k, v in stored.items() if k not in ("options", INPUT_HASHES)}  # hashes are read, not given
     options = stored.get("options", {})
     # an option stored at its default is left out, as by a run that did not give it: run.json stores every option,
     # those that act on nothing (another probe's) too, and given, those are refused (config.option's `applies`)

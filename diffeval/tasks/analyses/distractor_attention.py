@@ -24,6 +24,7 @@ from statistics import fmean
 from typing import TYPE_CHECKING, Any
 
 from diffeval.config import int_list, option
+from diffeval.data.haystack import source_files
 from diffeval.errors import InputError
 from diffeval.longctx.lengths import format_ctx, parse_format_ctx
 from diffeval.models.backend import Backend
@@ -77,7 +78,8 @@ class DistractorAttentionOptions(DepthOptions):
         [1, 2, 3], help="mk-niah: RULER's niah_multikey variants", parse=int_list("--variants"), applies=ON_MK_NIAH
     )
     keys: int = option(4, help="mk-niah variant 1: needles with distinct keys, one asked for", applies=ON_VARIANT_1)
-    haystack: str = option("book", help="mk-niah variant 1's haystack; vt reads RULER's noise", applies=ON_VARIANT_1)
+    haystack: str = option("book", help="mk-niah variant 1's haystack; vt reads RULER's noise", applies=ON_VARIANT_1,
+                           reads=lambda o: source_files(o.haystack) if ON_VARIANT_1[0](o) else [])  # fmt: skip
     chains: int = option(3, help="vt: chains, the first asked for, the others distractors (at least 2)",
                          applies=ON_VT)  # fmt: skip
     hops: int = option(4, help="vt: assignments after a chain's first", applies=ON_VT)

@@ -36,11 +36,8 @@ def dataset(name: str, data_dir: str | None) -> icl_data.ICLDataset:
 def test_ids(options: IclOptions, name: str, seed: int) -> list[int]:
     data = dataset(name, options.data_dir)
     if options.test_indices:
-        path = Path(options.test_indices).expanduser()
-        if path.is_dir():  # the protocol's folder of index files (long-context-icl `dataset-splits/`)
-            files = {"trec": "trec", "trec-fine": "trec", "banking77": "banking", "clinic150": "clinic"}
-            path = path / f"{files[name]}-indices.txt"
-        elif len(options.datasets) > 1:
+        path = icl_data.indices_file(options.test_indices, name)
+        if not Path(options.test_indices).expanduser().is_dir() and len(options.datasets) > 1:
             raise InputError("--test-indices FILE serves one dataset: give a folder of <name>-indices.txt for several")
         ids = icl_data.load_indices(str(path))
         if max(ids, default=-1) >= len(data.test) or min(ids, default=0) < 0:

@@ -49,8 +49,16 @@ class IclOptions:
     )
     test_size: int = option(250, help="test queries per dataset [default: 250]")
     draws: int = option(1, help="independent demonstration draws [default: 1]")
-    data_dir: str | None = option(None, help="read local files in the ../shared/datasets layout, not the hub")
-    test_indices: str | None = option(None, help="JSON list of test rows, or a folder of <name>-indices.txt")
+    data_dir: str | None = option(
+        None,
+        help="read local files in the ../shared/datasets layout, not the hub",
+        reads=lambda o: icl_data.local_files(o.datasets, o.data_dir),
+    )
+    test_indices: str | None = option(
+        None,
+        help="JSON list of test rows, or a folder of <name>-indices.txt",
+        reads=lambda o: list(dict.fromkeys(icl_data.indices_file(o.test_indices, name) for name in o.datasets)),
+    )
     length_norm: bool = option(False, help="score labels by mean token log-prob", flag="--length-norm")
 
     def validate(self) -> None:

@@ -33,7 +33,11 @@ class HallucinationOptions:
         "repeat for more judges: the first is primary, the others are compared with it",
     )
     judge_backend: str = option("hf", help="engine of an hf:PATH judge: hf | vllm [default: hf]")
-    data_dir: str | None = option(None, help="read local JSONL files (../shared/datasets/hallucination layout)")
+    data_dir: str | None = option(
+        None,
+        help="read local JSONL files (../shared/datasets/hallucination layout)",
+        reads=lambda o: [data.local_file(name, Path(o.data_dir).expanduser()) for name in o.datasets],
+    )
     judge_cache: str | None = option(None, help="verdict cache folder [default: ~/.cache/diffeval]", identity=False)
     judge_timeout: float = option(60.0, help="seconds per judge request [default: 60]", identity=False,
                                   applies=ON_API_JUDGE)  # fmt: skip

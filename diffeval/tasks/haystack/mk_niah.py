@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffeval.config import int_list, option
-from diffeval.data.haystack import haystack_sentences
+from diffeval.data.haystack import haystack_sentences, source_files
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
 from diffeval.errors import InputError
 from diffeval.tasks.base import RunContext
@@ -43,7 +43,7 @@ class MKNiahOptions(DepthOptions):
     )  # fmt: skip
     keys: int = option(4, help="variant 1: needles with distinct keys, one asked for (RULER: 4)", applies=ON_VARIANT_1)
     haystack: str = option("book", help="variant 1's haystack: book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise",
-                           applies=ON_VARIANT_1)  # fmt: skip
+                           applies=ON_VARIANT_1, reads=lambda o: source_files(o.haystack))  # fmt: skip
 
     def settings(self) -> list[str]:
         return [f"multikey_{v}" for v in self.variants]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffeval.config import option
+from diffeval.data.haystack import source_files
 from diffeval.data.words import RESERVED_PAIRS, key_value_pairs, needle_sentence
 from diffeval.errors import InputError
 from diffeval.tasks.haystack import samples
@@ -27,7 +28,9 @@ class MVNiahOptions(DepthOptions):
     """RULER's multi-value NIAH: values per key and the essay haystack."""
 
     values: int = option(4, help="needles sharing the one key, each with its own value; all are asked for (RULER: 4)")
-    haystack: str = option("book", help="book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise")
+    haystack: str = option(
+        "book", help="book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise", reads=lambda o: source_files(o.haystack)
+    )
 
     def settings(self) -> list[str]:
         return [f"values={self.values}"]

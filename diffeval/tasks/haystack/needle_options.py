@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffeval.config import context_option, int_list, option
+from diffeval.data.haystack import source_files
 from diffeval.errors import InputError
 from diffeval.tasks.haystack import options
 
@@ -22,7 +23,9 @@ class NeedleOptions:
     depths: list[int] = option([0, 25, 50, 75, 100], help="depths of the first queried needle in percent, e.g. "
                                "0,25,50,75,100", parse=int_list("--depths"))  # fmt: skip
     samples: int = option(50, help="samples per depth × length × N/R cell", identity=False)
-    haystack: str = option("noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+    haystack: str = option(
+        "noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]", reads=lambda o: source_files(o.haystack)
+    )
     base_lengths: list[int] = option([], help=options.BASE_LENGTHS_HELP, parse=options.parse_base_lengths,
                                      identity=False)  # fmt: skip
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from diffeval.config import option
+from diffeval.data.haystack import source_files
 from diffeval.errors import InputError
 from diffeval.tasks.base import with_cells
 from diffeval.tasks.haystack import samples
@@ -133,8 +134,14 @@ class NoLiMaOptions(DepthOptions):
         list(TEMPLATES), help="needle templates: direct (character first), inverted (fact first), or both",
         parse=lambda text: [t.strip() for t in text.split(",")] if isinstance(text, str) else list(text),
     )  # fmt: skip
-    needle_set: str = option("", help="a needle set JSON file [default: the shipped nolima-diffeval set]")
-    haystack: str = option("book", help="book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise")
+    needle_set: str = option(
+        "",
+        help="a needle set JSON file [default: the shipped nolima-diffeval set]",
+        reads=lambda o: [Path(o.needle_set).expanduser()],
+    )
+    haystack: str = option(
+        "book", help="book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]] | noise", reads=lambda o: source_files(o.haystack)
+    )
 
     def settings(self) -> list[str]:
         return list(self.templates)

@@ -17,7 +17,7 @@ import string
 from dataclasses import dataclass, replace
 
 from diffeval.config import option
-from diffeval.data.haystack import NOISE_SENTENCES
+from diffeval.data.haystack import NOISE_SENTENCES, source_files
 from diffeval.errors import InputError
 from diffeval.longctx.fitting import largest_fitting
 from diffeval.tasks.haystack import samples
@@ -48,7 +48,11 @@ class VTOptions(DepthOptions):
 
     chains: int = option(1, help="chains of assignments; the first is asked for, the others are distractors")
     hops: int = option(4, help="assignments after a chain's first (RULER: 4, so 5 names per chain)")
-    haystack: str = option("noise", help="noise (RULER's) | book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+    haystack: str = option(
+        "noise",
+        help="noise (RULER's) | book | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]",
+        reads=lambda o: source_files(o.haystack),
+    )
 
     def settings(self) -> list[str]:
         return [f"chains={self.chains} hops={self.hops}"]

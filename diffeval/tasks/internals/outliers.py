@@ -21,7 +21,7 @@ from types import GenericAlias
 from typing import TYPE_CHECKING
 
 from diffeval.config import context_option, option, parse_ctx
-from diffeval.data.haystack import haystack_sentences
+from diffeval.data.haystack import haystack_sentences, source_files
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 from diffeval.models.layer_kinds import check_attends, check_captured, record_fields
@@ -46,7 +46,9 @@ class OutliersOptions:
     tokens: int = option(
         409_600, help="token budget, e.g. 400k (k = 1024) [default: 400k]", parse=lambda v: parse_ctx(v)[0]
     )
-    haystack: str = option("noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]")
+    haystack: str = option(
+        "noise", help="noise | essays:PATH | hf:DATASET[:SPLIT[:FIELD]]", reads=lambda o: source_files(o.haystack)
+    )
 
     def validate(self) -> None:
         if len(self.ctx) != 1:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from diffeval.config import context_option, option, parse_ctx
+from diffeval.data.books import book_files
 from diffeval.errors import InputError
 
 
@@ -18,7 +19,8 @@ class NLLOptions:
     windows: int = option(1, help="disjoint windows of --ctx tokens per document")
     data: str = option("books", help="books (the --data-dir folder, else the shipped book) | hf:DATASET[:SPLIT]")
     data_dir: str | None = option(None, help="a books folder: books.jsonl + <id>.txt (../shared/datasets/books)",
-                                  applies=(lambda options: options.data == "books", "with --data books"))  # fmt: skip
+                                  applies=(lambda options: options.data == "books", "with --data books"),
+                                  reads=lambda o: book_files(o.data_dir) if o.data == "books" else [])  # fmt: skip
     buckets: int = option(16, help="position buckets per window, for the tables and the curve")
     trained_at: int | None = option(
         None,
