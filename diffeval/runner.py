@@ -10,9 +10,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 from rich.console import Console
@@ -27,6 +27,7 @@ from rich.progress import (
 from rich.text import Text
 
 from diffeval.config import RunConfig
+from diffeval.errors import InputError
 from diffeval.estimate import bound_per_sample, dry_run, long_run_notice
 from diffeval.lock import FolderLock
 from diffeval.machine import machine_record
@@ -200,6 +201,18 @@ def _progress(console) -> Progress:
     )
 
 
+@contextmanager
+def _shown(progress: Progress) -> Iterator[Progress]:
+    """The bars while the block runs. A refusal takes them off the screen (and out of a log), so that it stays the
+    one line bad input gets; a failure of another kind leaves them, to show how far the run came."""
+    with progress:
+        try:
+            yield progress
+        except InputError:
+            progress.live.transient = True
+            raise
+
+
 def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folder: RunFolder, path, console) -> None:
     """Every model's remaining samples, one model at a time; records appended to `path` as they come. Each model's
     bar starts when its engine has loaded, so its elapsed time, ETA and tokens/s are that model's alone."""
@@ -220,7 +233,7 @@ def _evaluate_all(task: Task, config: RunConfig, samples: list, done: set, folde
         rate = f"{tokens[model] / max(time.perf_counter() - starts[model], 1e-9):,.0f} tok/s"
         progress.update(bars[model], advance=1, rate=rate)
 
-    with folder.open_for_append(path) as writer, progress:
+    with folder.open_for_append(path) as writer, _shown(progress):
         if config.ray:
             from diffeval.scale import evaluate_on_ray
 
@@ -258,7 +271,7 @@ def _judge_all(
         return
     progress = _progress(console)
     bar = progress.add_task("judge", total=len(pending), rate="")
-    with folder.open_for_append() as writer, progress:
+    with folder.open_for_append() as writer, _shown(progress):
         for record in judge(pending, RunContext.of(config)):
             writer.append(record.to_dict())
             progress.update(bar, advance=1)
