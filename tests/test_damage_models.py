@@ -60,8 +60,8 @@ RUN = [  # (checkpoint, extra options, message)
     ("base", ["--chat-template"], "has no chat template in its tokenizer: leave out --chat-template"),
     ("base", ["--threads", "0"], "--threads 0: give at least 1"),
     ("base", ["--threads", "-3"], "--threads -3: give at least 1"),
-    ("base", ["--threads", "100000000"], "--threads 100000000: this process may use"),
-    ("base", ["--threads", "99999999999999999999"], "--threads 99999999999999999999: this process may use"),
+    ("base", ["--threads", "100000000"], "--threads 100000000: give 1 to 1024"),
+    ("base", ["--threads", "99999999999999999999"], "--threads 99999999999999999999: give 1 to 1024"),
     ("base", ["--threads", "٣"], "Invalid value for '--threads'"),
 ]
 
