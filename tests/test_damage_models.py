@@ -27,6 +27,12 @@ def checkpoints(tiny_models, variant_checkpoint, tmp_path_factory) -> dict[str, 
     (found["gda without head_dim"] / "config.json").write_text(json.dumps(config))
     found["markup [bold] path"] = root / "m[bold]x"
     shutil.copytree(tiny_models["base_a"], found["markup [bold] path"])
+    for damage, template in CHAT_TEMPLATES.items():
+        found[damage] = root / damage.replace(" ", "_")
+        shutil.copytree(tiny_models["base_a"], found[damage])
+        tokenizer_config = found[damage] / "tokenizer_config.json"
+        tokenizer_config.write_text(json.dumps({**json.loads(tokenizer_config.read_text()), "chat_template": template}))
+    found["gguf missing"] = root / "missing.gguf"  # named, never written
     if _has_gguf():
         from gguf_checkpoints import write_gguf
 
@@ -39,6 +45,14 @@ def checkpoints(tiny_models, variant_checkpoint, tmp_path_factory) -> dict[str, 
     return found
 
 
+CHAT_TEMPLATES = {  # Jinja templates in tokenizer_config.json that cannot render a prompt
+    "chat template raises": "{{ raise_exception('only system messages are supported') }}",
+    "chat template syntax error": "{% for message in messages %}{{ message.content }",
+    "chat template drops the user": "{% for m in messages %}{% if m.role == 'system' %}{{ m.content }}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}",
+}
+
+
 def _has_gguf() -> bool:
     try:
         import gguf  # noqa: F401
@@ -48,6 +62,7 @@ def _has_gguf() -> bool:
 
 
 MODELS_INSPECT = [
+    ("gguf missing", "missing.gguf does not exist"),
     ("gda without head_dim", "num_noise_heads (grouped differential attention) needs head_dim in the config"),
     ("gguf truncated", "the file may be truncated"),
     ("gguf garbled", "cannot read"),
@@ -58,6 +73,18 @@ RUN = [  # (checkpoint, extra options, message)
     ("gguf truncated", [], "the file may be truncated"),
     ("gguf of another architecture", [], "is a GGUF file of an architecture transformers cannot load"),
     ("base", ["--chat-template"], "has no chat template in its tokenizer: leave out --chat-template"),
+    (
+        "chat template raises",
+        ["--chat-template"],
+        "model m: its chat template fails on a user message (only system messages are supported): fix chat_template",
+    ),
+    ("chat template syntax error", ["--chat-template"], "model m: its chat template fails on a user message"),
+    (
+        "chat template drops the user",
+        ["--chat-template"],
+        "model m: its chat template leaves a user message's text out of the prompt",
+    ),
+    ("gguf missing", [], "missing.gguf does not exist"),
     ("base", ["--threads", "0"], "--threads 0: give at least 1"),
     ("base", ["--threads", "-3"], "--threads -3: give at least 1"),
     ("base", ["--threads", "100000000"], "--threads 100000000: give 1 to 1024"),

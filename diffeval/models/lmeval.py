@@ -29,10 +29,43 @@ class LmEvalOptions:
     def validate(self) -> None:
         if not self.lm_tasks:
             raise InputError("--tasks is empty: name lm-eval tasks, e.g. hellaswag,arc_easy")
-        if self.include_path and not Path(self.include_path).expanduser().is_dir():
-            raise InputError(f"--include-path {self.include_path} is not a folder of lm-eval task YAMLs")
+        if len(self.ctx) != 1:  # lm-eval takes one max_length per call
+            raise InputError(f"--ctx {','.join(map(str, self.ctx))}: give one length, lm-eval's max_length, e.g. 2048")
+        if self.include_path:
+            check_task_yamls(self.include_path)
         if self.lm_batch_size < 1:
-            raise InputError("--lm-batch-size must be at least 1")
+            raise InputError(f"--lm-batch-size {self.lm_batch_size}: give at least 1, e.g. 8")
+
+
+def check_task_yamls(include_path: str) -> None:
+    """--include-path is a folder whose task YAMLs are UTF-8 YAML: lm-eval skips a file it cannot read without a word,
+    and then reports its task as unknown."""
+    import yaml
+
+    folder = Path(include_path).expanduser()
+    if not folder.is_dir():
+        raise InputError(f"--include-path {include_path} is not a folder of lm-eval task YAMLs")
+    files = sorted(p for p in folder.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file())
+    if not files:
+        raise InputError(f"--include-path {include_path} holds no .yaml file: give the folder of your task YAMLs")
+
+    class TagsKept(yaml.SafeLoader):  # lm-eval's YAMLs carry tags such as !function: parsed, not run
+        pass
+
+    TagsKept.add_multi_constructor("!", lambda loader, suffix, node: None)
+    for path in files:
+        try:
+            yaml.load(path.read_bytes().decode("utf-8"), Loader=TagsKept)
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"--include-path: {path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8"
+            ) from None
+        except yaml.YAMLError as exc:
+            where = getattr(exc, "problem_mark", None)
+            line = f" (line {where.line + 1})" if where else ""
+            raise InputError(
+                f"--include-path: {path} is not valid YAML{line}: fix it, or move it out of the folder"
+            ) from None
 
 
 def task_manager(tasks: list[str], include_path: str | None = None):
@@ -57,9 +90,15 @@ def evaluate_tasks(
     from lm_eval.models.huggingface import HFLM
 
     model = HFLM(pretrained=loaded.model, tokenizer=loaded.tokenizer, batch_size=batch_size, max_length=max_length)
-    output = simple_evaluate(
-        model=model, tasks=tasks, num_fewshot=0, limit=limit, task_manager=manager, log_samples=False, verbosity="ERROR"
-    )
+    try:
+        output = simple_evaluate(
+            model=model, tasks=tasks, num_fewshot=0, limit=limit, task_manager=manager, log_samples=False,
+            verbosity="ERROR",
+        )  # fmt: skip
+    except (ConnectionError, FileNotFoundError) as exc:  # datasets' words for data offline, absent or misnamed
+        reason = " ".join(str(exc).split())[:200]
+        raise InputError(f"lm-eval cannot load the data of --tasks {','.join(tasks)} ({reason}): run once online to "
+                         "cache it, or fix the data files its YAML names") from None  # fmt: skip
     results = {}
     for task in tasks:
         metrics = output["results"][task]

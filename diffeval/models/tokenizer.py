@@ -59,10 +59,24 @@ class HFTokenizer:
         return self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + answer_prefix
 
 
+CHAT_PROBE = "diffeval checks that the chat template keeps this user message."
+
+
 def check_chat_template(tokenizer, model: str) -> None:
-    """`--chat-template` needs a template in the checkpoint's tokenizer (a transformers tokenizer)."""
+    """`--chat-template` needs a template in the checkpoint's tokenizer (a transformers tokenizer) that renders a user
+    message, as every prompt is one, with its text in the prompt."""
     if not tokenizer.chat_template:
         raise InputError(f"model {model} has no chat template in its tokenizer: leave out --chat-template")
+    messages = [{"role": "user", "content": CHAT_PROBE}]
+    try:
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    except Exception as exc:  # the template is the checkpoint's own Jinja code: it may raise anything
+        reason = " ".join(str(exc).split())[:200] or type(exc).__name__
+        raise InputError(f"model {model}: its chat template fails on a user message ({reason}): fix chat_template "
+                         "in its tokenizer_config.json, or leave out --chat-template") from None  # fmt: skip
+    if CHAT_PROBE not in rendered:
+        raise InputError(f"model {model}: its chat template leaves a user message's text out of the prompt: fix "
+                         "chat_template in its tokenizer_config.json, or leave out --chat-template")  # fmt: skip
 
 
 def answer_end(text: str, stop: list[str]) -> int | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -45,6 +46,10 @@ def train_command(
     from diffeval.toy.train import TrainConfig, parameter_matched_ffn, train
 
     sizes = TrainConfig(kind=kind, out=out, work="")
+    whole = math.lcm(*sizes.lengths)
+    if tokens_per_step % whole:  # a batch is whole documents of each curriculum length: nothing is cut or padded
+        raise InputError(f"--tokens-per-step {tokens_per_step}: give a multiple of {whole} (whole documents at every "
+                         f"curriculum length, {', '.join(map(str, sizes.lengths))}), e.g. 2048")  # fmt: skip
     config = TrainConfig(
         kind=kind,
         out=out,
@@ -87,7 +92,16 @@ def plot_command(
         if not sep or not name or not path:
             raise InputError(f"bad log {item!r}: give NAME=LOSS_CSV, e.g. toy-diff=work/training_log.csv")
         if not Path(path).is_file():
-            raise InputError(f"loss log {path} does not exist: give the training_log.csv of a work folder")
+            what = "is a folder" if Path(path).is_dir() else "does not exist"
+            raise InputError(f"loss log {path} {what}: give the training_log.csv of a work folder")
+        if name in named:
+            raise InputError(f"NAME {name} is given twice ({named[name]} and {path}): give each curve its own NAME")
         named[name] = path
+    target = Path(out)
+    if target.suffix.lower() != ".png" or target.is_dir():
+        raise InputError(f"--out {out} is not a PNG file name: give one ending in .png, e.g. loss.png")
+    above = next(parent for parent in target.absolute().parents if parent.exists())
+    if not above.is_dir():
+        raise InputError(f"--out {out} cannot be written: {above} is a file, not a folder")
     plot_losses(named, out)
     typer.echo(out)

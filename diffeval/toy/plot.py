@@ -21,6 +21,14 @@ def read_log(path: str) -> pd.DataFrame:
     if missing or frame.empty:
         lacks = f"has no column {', '.join(missing)}" if missing else "has no rows"
         raise InputError(f"loss log {path} {lacks}: give the training_log.csv a `diffeval toy train` work folder holds")
+    for column in PLOTTED:  # a loss is a number (NaN where a batch had no answer token), never below 0
+        values = pd.to_numeric(frame[column], errors="coerce")
+        wrong = frame[column][(values.isna() & frame[column].notna()) | (values < 0)]
+        if len(wrong):
+            row = wrong.index[0] + 2  # the file's line: 1-based, after the header
+            value = str(wrong.iloc[0])
+            raise InputError(f"loss log {path}, line {row}: {column} {value!r} is not a number of 0 or more: give the "
+                             "training_log.csv a `diffeval toy train` work folder holds")  # fmt: skip
     return frame
 
 
@@ -43,4 +51,5 @@ def plot_losses(logs: dict[str, str], out: str | Path) -> Path:
             dense.axvline(step, color="grey", linestyle=":", linewidth=0.8)
             answer.axvline(step, color="grey", linestyle=":", linewidth=0.8)
     legend(fig, [dense, answer])
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     return save(fig, Path(out))

@@ -30,6 +30,7 @@ LOG_FIELDS = ["step", "length", "loss", "answer_loss", "lr", "seconds", "val_acc
 # written into --out when training starts there: the run's settings, so that a rerun of the same run resumes into the
 # folder and nothing else (another run, a model trained elsewhere) is ever replaced
 RUN_MARKER = "diffeval_toy_run.json"
+CHECKPOINT_KEYS = {"config", "model", "optimizer", "step", "stage", "seconds"}  # what save_checkpoint writes
 
 
 @dataclass
@@ -76,8 +77,11 @@ def claim_folders(config: TrainConfig, overwrite: bool = False) -> bool:
     out, work = Path(config.out), Path(config.work)
     settings = asdict(config)
     for flag, folder in (("--out", out), ("--work", work)):
-        if folder.exists() and not folder.is_dir():
-            raise InputError(f"{flag} {folder} is a file: give a folder")
+        check_folder(flag, folder)
+    if out.resolve() == work.resolve() or out.resolve() in work.resolve().parents:
+        raise InputError(f"--work {work} is --out {out} or inside it: give --work a folder of its own, e.g. {out}.work")
+    if work.resolve() in out.resolve().parents:
+        raise InputError(f"--out {out} is inside --work {work}: give --out a folder of its own")
     started = _read_json(out / RUN_MARKER)
     ours = started == settings
     if not ours and _non_empty(out):
@@ -97,8 +101,8 @@ def claim_folders(config: TrainConfig, overwrite: bool = False) -> bool:
             raise InputError(f"--out {out} is not empty: give a new or empty folder, or --overwrite to write into it")
     checkpoint = work / "checkpoint.pt"
     if checkpoint.is_file():
-        state = torch.load(checkpoint, weights_only=False, map_location="cpu")
-        if state.get("config") != settings:
+        state = read_checkpoint(checkpoint)
+        if state["config"] != settings:
             raise InputError(
                 f"--work {work} holds a checkpoint of other settings ({_differences(state.get('config'), settings)}): "
                 "it is never replaced, even with --overwrite; give a new --work folder, or rerun with its settings"
@@ -108,6 +112,29 @@ def claim_folders(config: TrainConfig, overwrite: bool = False) -> bool:
     out.mkdir(parents=True, exist_ok=True)
     (out / RUN_MARKER).write_text(json.dumps(settings, indent=2))
     return ours
+
+
+def check_folder(flag: str, folder: Path) -> None:
+    """`folder` is a folder, or one that can be made: no file stands where it or a folder above it would be."""
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{flag} {folder} is a file: give a folder")
+    above = next(parent for parent in folder.absolute().parents if parent.exists())
+    if not above.is_dir():
+        raise InputError(f"{flag} {folder} cannot be made: {above} is a file, not a folder; give a new folder")
+
+
+def read_checkpoint(path: Path) -> dict:
+    """A work folder's checkpoint.pt as `save_checkpoint` wrote it, or one line saying it is not one."""
+    try:
+        state = torch.load(path, weights_only=False, map_location="cpu")
+    except Exception as exc:  # a truncated or foreign file: pickle, zip and torch each raise their own
+        raise InputError(f"{path} is not a checkpoint `diffeval toy train` wrote ({type(exc).__name__}): delete it to "
+                         "start over, or give the work folder of another run") from None  # fmt: skip
+    if not isinstance(state, dict) or not CHECKPOINT_KEYS <= state.keys() or not isinstance(state["config"], dict):
+        raise InputError(f"{path} is not a checkpoint `diffeval toy train` wrote (it lacks "
+                         f"{', '.join(sorted(CHECKPOINT_KEYS))}): delete it to start over, or give the work folder of "
+                         "another run")  # fmt: skip
+    return state
 
 
 def _non_empty(folder: Path) -> bool:
@@ -191,7 +218,7 @@ def train(config: TrainConfig, log: Callable[[str], None] = print, overwrite: bo
     checkpoint_path, log_path = work / "checkpoint.pt", work / "loss.csv"
     step, stage, elapsed = 0, 0, 0.0
     if checkpoint_path.is_file():
-        state = torch.load(checkpoint_path, weights_only=False)  # claim_folders checked its settings are this run's
+        state = read_checkpoint(checkpoint_path)  # claim_folders checked its settings are this run's
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         step, stage, elapsed = state["step"], state["stage"], state["seconds"]
@@ -279,16 +306,24 @@ def export(model, tokenizer, out: Path, log_path: Path) -> None:
 
 def export_checkpoint(work: str | Path, out: str | Path) -> int:
     """Write a work folder's latest checkpoint as a model folder (e.g. to evaluate or ship an unfinished run)."""
-    work = Path(work)
-    state = torch.load(work / "checkpoint.pt", weights_only=False)
-    if _non_empty(Path(out)) and _read_json(Path(out) / RUN_MARKER) != state["config"]:
+    work, out = Path(work), Path(out)
+    state = read_checkpoint(work / "checkpoint.pt")
+    check_folder("--out", out)
+    if _non_empty(out) and _read_json(out / RUN_MARKER) != state["config"]:
         raise InputError(f"--out {out} is not empty and not this run's model folder: give a new or empty folder")
-    config = TrainConfig(**state["config"])
+    try:
+        config = TrainConfig(**state["config"])
+    except TypeError:  # settings this version does not know
+        raise InputError(f"{work / 'checkpoint.pt'} holds settings this diffeval does not know: export it with the "
+                         "diffeval that trained it") from None  # fmt: skip
+    if not (Path(config.out) / "tokenizer.json").is_file():
+        raise InputError(f"the run's --out {config.out} holds no tokenizer.json (its tokenizer is trained there when "
+                         "the run starts): export on the machine and folders the run trained in")  # fmt: skip
     tokenizer = PreTrainedTokenizerFast.from_pretrained(config.out)
     model = build_model(config, len(tokenizer))
     model.load_state_dict(state["model"])
-    Path(out).mkdir(parents=True, exist_ok=True)
-    export(model, tokenizer, Path(out), work / "loss.csv")
+    out.mkdir(parents=True, exist_ok=True)
+    export(model, tokenizer, out, work / "loss.csv")
     return state["step"]
 
 

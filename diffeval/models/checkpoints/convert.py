@@ -75,17 +75,17 @@ def convert(source: str, src: str | Path, dst: str | Path) -> list[str]:
     if source not in SOURCES:
         raise InputError(f"--from {source!r} is not a layout diffeval converts: use one of {', '.join(SOURCES)}")
     src, dst = Path(src).expanduser(), Path(dst).expanduser()
+    if not src.is_dir():
+        raise InputError(f"SRC {src} {'is a file' if src.exists() else 'does not exist'}: give the checkpoint folder "
+                         "to convert")  # fmt: skip
     if not (src / "config.json").is_file():
         raise InputError(f"{src} has no config.json: point SRC at the checkpoint folder to convert")
-    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
-        raise InputError(f"{dst} exists and is not an empty folder: give DST a new folder")
-    try:
-        config = json.loads((src / "config.json").read_text())
-    except ValueError as exc:
-        raise InputError(f"{src / 'config.json'} is not valid JSON ({exc})") from None
+    _check_destination(src, dst)
+    config = _json_file(src / "config.json", "a config")
     layers = config.get("num_hidden_layers")
-    if not isinstance(layers, int) or layers < 1 or not isinstance(config.get("hidden_size"), int):
-        raise InputError(f"{src / 'config.json'} has no num_hidden_layers and hidden_size of a Llama-style model")
+    if not _is_count(layers) or not _is_count(config.get("hidden_size")):
+        raise InputError(f"{src / 'config.json'} has no num_hidden_layers and hidden_size of a Llama-style model "
+                         "(positive whole numbers)")  # fmt: skip
     tensors = _read_weights(src)
     v2 = source == "unilm-v2"
     attention = V2_ATTENTION if v2 else V1_ATTENTION
@@ -94,9 +94,51 @@ def convert(source: str, src: str | Path, dst: str | Path) -> list[str]:
         converted, new_config, notes = _convert_v2(tensors, layers, config)
     else:
         converted, new_config, notes = _convert_v1(source.split(":", 1)[1], tensors, layers, config)
-    _write(src, dst, converted, new_config)
-    _check_result(dst)
+    created = dst if not dst.exists() else None
+    while created is not None and not created.parent.exists():  # the folders mkdir(parents=True) will make
+        created = created.parent
+    try:
+        _write(src, dst, converted, new_config)
+        _check_result(dst)
+    except BaseException:  # a refused or interrupted result is not left behind as a checkpoint
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        else:
+            for path in dst.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+        raise
     return notes
+
+
+def _check_destination(src: Path, dst: Path) -> None:
+    """DST is a new or empty folder that can be made, and outside SRC, which the conversion never changes."""
+    if dst.exists() and (not dst.is_dir() or any(dst.iterdir())):
+        raise InputError(f"{dst} exists and is not an empty folder: give DST a new folder")
+    if dst.resolve() == src.resolve() or src.resolve() in dst.resolve().parents:
+        raise InputError(f"DST {dst} is inside SRC {src}: give DST a folder outside SRC, e.g. {src}-converted")
+    above = next(parent for parent in dst.absolute().parents if parent.exists())
+    if not above.is_dir():
+        raise InputError(f"DST {dst} cannot be made: {above} is a file, not a folder; give DST a new folder")
+
+
+def _is_count(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _json_file(path: Path, what: str) -> dict:
+    """The JSON object in `path`, or one line saying why it is not `what`."""
+    try:
+        found = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8 JSON") from None
+    except ValueError as exc:
+        raise InputError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(found, dict):
+        raise InputError(f"{path} holds a JSON {type(found).__name__}, not {what} (a JSON object)")
+    return found
 
 
 def _read_weights(src: Path) -> dict:
@@ -104,10 +146,10 @@ def _read_weights(src: Path) -> dict:
 
     index = src / "model.safetensors.index.json"
     if index.is_file():
-        try:
-            files = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InputError(f"{index} is not a safetensors index ({exc})") from None
+        weight_map = _json_file(index, "a safetensors index").get("weight_map")
+        if not isinstance(weight_map, dict) or not all(isinstance(file, str) for file in weight_map.values()):
+            raise InputError(f"{index} is not a safetensors index: its weight_map must map tensor names to file names")
+        files = sorted(set(weight_map.values()))
     elif (src / "model.safetensors").is_file():
         files = ["model.safetensors"]
     else:
@@ -151,6 +193,14 @@ def _shape_error(name: str, found, expected, shape: Shape) -> InputError:
         f"{name} has shape {list(found)}, not {list(expected)} as the other tensors imply (h = {shape.heads} heads of "
         f"head_dim {shape.head_dim} over {shape.kv_heads} KV heads): {KNOWN_LAYOUTS}"
     )
+
+
+def _check_ranks(tensors: dict, prefix: str, ranks: dict[str, int]) -> None:
+    """The tensors the head shape is read from have the dimensions it is read along."""
+    for name, rank in ranks.items():
+        if tensors[prefix + name].dim() != rank:
+            raise InputError(f"{prefix}{name} has {tensors[prefix + name].dim()} dimensions, not {rank}: "
+                             f"{KNOWN_LAYOUTS}")  # fmt: skip
 
 
 def _check_shapes(tensors: dict, layers: int, expected: dict[str, tuple[int, ...]], shape: Shape) -> None:
@@ -197,6 +247,7 @@ def _convert_v1(module: str, tensors: dict, layers: int, config: dict):
 
     hidden = config["hidden_size"]
     first = "model.layers.0.self_attn."
+    _check_ranks(tensors, first, {"lambda_q1": 1, "q_proj.weight": 2, "k_proj.weight": 2})
     d = tensors[first + "lambda_q1"].shape[0]
     q_rows, k_rows = tensors[first + "q_proj.weight"].shape[0], tensors[first + "k_proj.weight"].shape[0]
     if d < 2 or d % 2 or q_rows % (2 * d) or k_rows % (2 * d):
@@ -271,6 +322,7 @@ def _convert_v2(tensors: dict, layers: int, config: dict):
 
     hidden = config["hidden_size"]
     first = "model.layers.0.self_attn."
+    _check_ranks(tensors, first, {"lambda_proj.weight": 2, "q_proj.weight": 2, "k_proj.weight": 2})
     h = tensors[first + "lambda_proj.weight"].shape[0]
     q_rows, k_rows = tensors[first + "q_proj.weight"].shape[0], tensors[first + "k_proj.weight"].shape[0]
     d = q_rows // (2 * h) if h else 0

@@ -44,8 +44,9 @@ class QuantizeOptions(LmEvalOptions):
     granularity: str = option("row", help="absmax scale per tensor | head | row [default: row]")
 
     def validate(self) -> None:
-        if any(b < 2 or b > 16 for b in self.bits):
-            raise InputError(f"--bits {self.bits}: use widths from 2 to 16 (16 = unquantized)")
+        wrong = [b for b in self.bits if b < 2 or b > 16]
+        if wrong:
+            raise InputError(f"--bits {wrong[0]}: use widths from 2 to 16 (16 = unquantized), e.g. 16,8,6,4")
         if self.granularity not in GRANULARITIES:
             raise InputError(f"bad --granularity {self.granularity!r}: use one of {', '.join(GRANULARITIES)}")
         super().validate()
