@@ -135,9 +135,16 @@ def int_list(what: str):
     return lambda value: parse_int_list(value, what)
 
 
-def parse_str_list(text: str | list) -> list[str]:
-    items = text if isinstance(text, list) else str(text).split(",")
-    return [str(item).strip() for item in items if str(item).strip()]
+def parse_str_list(text: str | list, what: str = "list") -> list[str]:
+    items = [str(item).strip() for item in (text if isinstance(text, list) else str(text).split(","))]
+    if not all(items):  # "a,,b" or "a,": an item left out by mistake, never dropped in silence
+        raise InputError(f"bad {what} {text!r}: an item is empty: give names separated by single commas")
+    return items
+
+
+def str_list(what: str):
+    """A parser for comma lists of names that names its option in errors."""
+    return lambda value: parse_str_list(value, what)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from diffeval.config import context_option, is_count, option, parse_str_list
+from diffeval.config import context_option, is_count, option, str_list
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 
@@ -39,13 +39,16 @@ class IclOptions:
 
     ctx: list[int] = context_option([4096], help="the prompt budget, e.g. 64k (one length)")
     datasets: list[str] = option(
-        ["trec"], help="trec, trec-fine, banking77, clinic150; comma list", flag="--dataset", parse=parse_str_list
+        ["trec"],
+        help="trec, trec-fine, banking77, clinic150; comma list",
+        flag="--dataset",
+        parse=str_list("--dataset"),
     )
     shots: list = option(
         [1, 10, 100], help="demonstrations per prompt, comma list; max fills the context", parse=parse_shots
     )
     orders: list[str] = option(
-        ["random:3"], help="random:K, alternating:K, grouped[:K]; comma list", parse=parse_str_list
+        ["random:3"], help="random:K, alternating:K, grouped[:K]; comma list", parse=str_list("--orders")
     )
     test_size: int = option(250, help="test queries per dataset [default: 250]")
     draws: int = option(1, help="independent demonstration draws [default: 1]")

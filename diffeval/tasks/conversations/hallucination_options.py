@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from diffeval.config import context_option, option, parse_str_list
+from diffeval.config import context_option, option, str_list
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.models.backend import available_backends
@@ -22,7 +22,10 @@ class HallucinationOptions:
 
     ctx: list[int] = context_option([4096], help="the prompt budget, e.g. 4k (one length)")
     datasets: list[str] = option(
-        ["xsum"], help="xsum, cnndm, multi_news, qasper, hotpotqa, 2wikimqa", flag="--dataset", parse=parse_str_list
+        ["xsum"],
+        help="xsum, cnndm, multi_news, qasper, hotpotqa, 2wikimqa",
+        flag="--dataset",
+        parse=str_list("--dataset"),
     )
     samples: int = option(100, help="documents per dataset (the first N) [default: 100]", identity=False)
     judge: list[str] = option(  # required: there is no silent default

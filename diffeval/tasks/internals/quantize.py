@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from diffeval.config import int_list, option, parse_str_list
+from diffeval.config import int_list, option, str_list
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 from diffeval.models.layer_kinds import check_captured, record_fields
@@ -39,7 +39,7 @@ class QuantizeOptions(LmEvalOptions):
         [16, 8, 6, 4], help="attention-logit bit widths; 16 = unquantized [default: 16,8,6,4]", parse=int_list("--bits")
     )
     lm_tasks: list[str] = option(
-        ["hellaswag"], help="lm-eval task names, comma-separated", flag="--tasks", parse=parse_str_list
+        ["hellaswag"], help="lm-eval task names, comma-separated", flag="--tasks", parse=str_list("--tasks")
     )
     granularity: str = option("row", help="absmax scale per tensor | head | row [default: row]")
 

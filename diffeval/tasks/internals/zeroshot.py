@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from diffeval.config import option, parse_str_list
+from diffeval.config import option, str_list
 from diffeval.models.backend import Backend
 from diffeval.models.lmeval import LmEvalOptions, headline_metric
 from diffeval.paper import TABLE1, coverage
@@ -25,7 +25,7 @@ class ZeroshotOptions(LmEvalOptions):
     """Zero-shot lm-eval benchmarks (paper Table 1 layout)."""
 
     lm_tasks: list[str] = option(
-        list(PAPER_TASKS), help="lm-eval task names, comma-separated", flag="--tasks", parse=parse_str_list
+        list(PAPER_TASKS), help="lm-eval task names, comma-separated", flag="--tasks", parse=str_list("--tasks")
     )
 
 
