@@ -15,7 +15,7 @@ difference); and max and mean |Δ| between the two engines' per-token NLL (nats)
 A length at which one engine took over `--give-up-s` seconds ends the run after that length.
 
 Run: python benchmarks/vllm_nll.py --model PATH [--lengths 2k,4k,8k,16k] [--threads 2] [--breakdown] [--repeats 1]
-     [--vllm-python PYTHON]   (PATH: a checkpoint; the SmolLM2-135M-Instruct GGUF file of the tests, say)
+     [--keep DIR] [--vllm-python PYTHON]   (PATH: a checkpoint; the SmolLM2-135M-Instruct GGUF file of the tests, say)
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ def main() -> None:
     parser.add_argument("--breakdown", action="store_true", help="also time vLLM's window without prompt log-probs")
     parser.add_argument("--repeats", type=int, default=1, help="windows per length and engine; the fastest counts")
     parser.add_argument("--give-up-s", type=float, default=600.0, help="stop after a length slower than this")
+    parser.add_argument("--keep", help="a folder to keep each engine's per-token NLL in (ENGINE-LENGTH.npy)")
     parser.add_argument("--vllm-python", default=sys.executable, help="the Python of an environment with vLLM")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
@@ -135,7 +136,9 @@ def main() -> None:
         return
     import numpy as np
 
-    with tempfile.TemporaryDirectory() as out:
+    with tempfile.TemporaryDirectory() as scratch:
+        out = args.keep or scratch
+        Path(out).mkdir(parents=True, exist_ok=True)
         hf = Child(sys.executable, "hf", args, out)
         vllm = Child(args.vllm_python, "vllm", args, out)
         cores = CORES[: args.threads]
