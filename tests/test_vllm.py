@@ -14,7 +14,9 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,7 +30,9 @@ pytest.importorskip(
 from vllm import SamplingParams  # noqa: E402
 from vllm.inputs import TokensPrompt  # noqa: E402
 
+from diffeval.errors import InputError  # noqa: E402
 from diffeval.models.backend import EngineSettings, make_backend  # noqa: E402
+from diffeval.models.engines.vllm import _rope_table_override  # noqa: E402
 from diffeval.models.engines.vllm_options import VLLMOptions  # noqa: E402
 from diffeval.models.spec import ModelSpec  # noqa: E402
 from diffeval.models.tiny import build_tiny_model  # noqa: E402
@@ -117,6 +121,36 @@ def test_token_nll_matches_hf(pair, length=3000):
     gap = abs(ours - theirs)
     print(f"token_nll, {length} tokens: max |Δ| = {gap.max():.2e}, mean = {gap.mean():.2e}")
     assert gap.max() <= MAX_LOGPROB_GAP and gap.mean() <= MEAN_LOGPROB_GAP
+
+
+def test_token_nll_past_the_positions_matches_hf(tiny_models, tmp_path):
+    """With --allow-overlength, past the config's positions: vLLM's RoPE table stops at them unless sized to the run
+    (SmolLM2 at 16K gave NaN from position 8,192 on), so the NLL there must be hf's, not NaN."""
+    path = tmp_path / "short"  # the GQA Llama's shape with 2,048 positions
+    build_tiny_model("base", tiny_models["tok_a"], path, seed=5, hidden=128, heads=4, kv_heads=2, max_positions=2048)
+    spec = ModelSpec("m", str(path))
+    settings = replace(SETTINGS, max_model_len=3072, allow_overlength=True)
+    hf, vllm = make_backend(spec, settings, "hf"), make_backend(spec, settings, "vllm")
+    try:
+        ids = noise_ids(hf, 3000)
+        ours, theirs = vllm.token_nll(ids), hf.token_nll(ids)
+    finally:
+        vllm.close()
+        hf.close()
+    gap = abs(ours - theirs)
+    print(f"token_nll, 3000 tokens over 2,048 positions: max |Δ| = {gap.max():.2e}, mean = {gap.mean():.2e}")
+    assert gap.max() <= MAX_LOGPROB_GAP and gap.mean() <= MEAN_LOGPROB_GAP  # NaN fails both
+
+
+def test_a_rope_that_depends_on_the_positions_is_refused_past_them():
+    info = SimpleNamespace(name="m", max_positions=2048)
+    plain = SimpleNamespace(rope_parameters={"rope_type": "default", "rope_theta": 1e4})
+    assert _rope_table_override(plain, info, 2048) == {}
+    assert _rope_table_override(plain, info, 4096) == {"max_position_embeddings": 4096}
+    yarn = SimpleNamespace(rope_parameters={"rope_type": "yarn", "factor": 4.0})
+    assert _rope_table_override(yarn, info, 2048) == {}
+    with pytest.raises(InputError, match=r"RoPE \(yarn\) depends on that length in vLLM: use --backend hf"):
+        _rope_table_override(yarn, info, 4096)
 
 
 def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):

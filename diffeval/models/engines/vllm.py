@@ -105,6 +105,7 @@ class VLLMBackend:
         max_len = options.max_model_len or settings.max_model_len
         if settings.allow_overlength:  # vLLM refuses a length beyond the config's positions unless told
             os.environ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"] = "1"
+        overrides = _rope_table_override(config, info, max_len)
         model_path = spec.path
         file = gguf.find(spec.path, spec.name)
         if file is not None:  # vLLM's CPU build has no GGUF loader: it runs the weights dequantized once, cached
@@ -127,6 +128,7 @@ class VLLMBackend:
                 seed=0,
                 # decoding is diffeval's (greedy, no penalties): never the checkpoint's generation_config defaults
                 generation_config="vllm",
+                hf_overrides=overrides or None,
             )
         except (ValueError, RuntimeError, MemoryError) as exc:  # vLLM's own checks: memory, lengths, parallel sizes
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -261,6 +263,31 @@ def _trie(choices: list[list[int]]) -> dict[tuple[int, ...], list[int]]:
             if token not in children:
                 children.append(token)
     return nodes
+
+
+# RoPE kinds whose angles do not depend on max_position_embeddings: in vLLM that field only sizes their cos/sin table
+TABLE_ONLY_ROPE = ("default", "linear", "llama3")
+
+
+def _rope_table_override(config, info: ModelInfo, longest: int) -> dict:
+    """vLLM computes RoPE's cos/sin once, for the positions below the config's max_position_embeddings, and past them
+    reads beyond its table (SmolLM2-135M, 8,192 positions, a 16K window with --allow-overlength: every NLL past
+    position 8,192 came back NaN, 2026-12-05), where transformers computes the angles of any position. Past the
+    config's positions, the table is sized to the run's longest sequence instead, which changes no angle for these
+    RoPE kinds; other kinds use the field in their formula, so they are refused there."""
+    if not info.max_positions or longest <= info.max_positions:
+        return {}
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope = rope if isinstance(rope, dict) else {}
+    # transformers nests one dict per layer type for some models (full and sliding attention)
+    tables = [r for r in rope.values() if isinstance(r, dict)] or [rope]
+    found = sorted({str(t.get("rope_type", t.get("type", "default"))) for t in tables})
+    if any(kind not in TABLE_ONLY_ROPE for kind in found):
+        raise InputError(
+            f"model {info.name}: --ctx {longest} runs past its {info.max_positions} positions, and its RoPE "
+            f"({', '.join(found)}) depends on that length in vLLM: use --backend hf, or a --ctx within its positions"
+        )
+    return {"max_position_embeddings": longest}
 
 
 def _platform_device() -> str:
