@@ -296,7 +296,7 @@ def _now() -> str:
 
 def _stranger(row: dict[str, Any], config: dict[str, Any]) -> str | None:
     """Why a record is not of the run `config` describes (another task's, another model's), or None."""
-    if row.get("task", config["task"]) != config["task"]:
+    if isinstance(row.get("task"), str) and row["task"] != config["task"]:  # the field is the writer's, not read
         return f"a record of task {row['task']!r}, not of this run's {config['task']!r}"
     models = [m.get("name") for m in config.get("models", [])]
     if models and row.get("model") not in models:

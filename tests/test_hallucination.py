@@ -477,3 +477,16 @@ def test_a_budget_smaller_than_the_template_alone_is_one_line_not_a_hang(tiny_mo
     document = data.Document(id="d", context="A long article. " * 200, question="What is it about?", reference="x")
     with pytest.raises(InputError, match="the prompt without any document takes"):
         conversation_prompts.fit_prompt(spec, document, tokenizer, 20)
+
+
+def test_the_default_samples_take_every_document_where_a_dataset_holds_fewer():
+    """--samples' default (100) is a ceiling: a 2-document fixture gives 2 samples; a given 3 is refused."""
+    fixtures = str(Path(hallucination.__file__).parents[2] / "fixtures")
+    options = hallucination_options.HallucinationOptions(datasets=["hotpotqa"], data_dir=fixtures, judge=["overlap"])
+    assert options.samples == hallucination_options.SAMPLES
+    assert len(hallucination.make_samples(options, seed=0)) == 2
+    given = hallucination_options.HallucinationOptions(
+        datasets=["hotpotqa"], data_dir=fixtures, judge=["overlap"], samples=3
+    )
+    with pytest.raises(InputError, match="--samples 3: hotpotqa holds 2 documents: give --samples 2 or fewer"):
+        hallucination.make_samples(given, seed=0)

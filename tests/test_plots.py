@@ -21,7 +21,7 @@ import pytest
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from diffeval.records import ENVELOPE_SCHEMA, MayBeAbsent, record_problem
+from diffeval.records import ENVELOPE_SCHEMA, MayBeAbsent, Sized, record_problem
 from diffeval.tasks import TASKS
 from diffeval.toy.plot import plot_losses
 
@@ -32,6 +32,8 @@ PLOTTED = [name for name, task in TASKS.items() if task.reporting.plots is not N
 
 def _filled(kind: Any) -> Any:
     """A value of a record-schema kind, for the fields a fixture does not vary."""
+    if isinstance(kind, Sized):  # a fixed length is filled; a length the run sets, VARIED's builder gives
+        return [_filled(get_args(kind.kind)[0])] * kind.length if isinstance(kind.length, int) else []
     if isinstance(kind, dict):
         return {key: _filled(inner) for key, inner in kind.items() if not isinstance(inner, MayBeAbsent)}
     if isinstance(kind, types.UnionType):

@@ -92,14 +92,15 @@ class Document:
     reference: str
 
 
-def load(name: str, data_dir: str | None, count: int) -> list[Document]:
-    """The first `count` rows of a dataset's evaluation split."""
+def load(name: str, data_dir: str | None, count: int, up_to: bool = False) -> list[Document]:
+    """The first `count` rows of a dataset's evaluation split; `up_to`: all of them where it holds fewer (a default
+    count, not one the user gave)."""
     if name not in SPECS:
         raise InputError(f"unknown hallucination dataset {name!r}: use any of {', '.join(DATASETS)}")
     rows = _load_local(name, Path(data_dir).expanduser(), count) if data_dir else _load_hub(name, count)
     if not rows:
         raise InputError(f"dataset {name} has no rows")
-    if len(rows) < count:
+    if len(rows) < count and not up_to:
         raise InputError(f"--samples {count}: {name} holds {len(rows)} documents: give --samples {len(rows)} or fewer")
     seen: set[str] = set()
     for row in rows:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
-from diffeval.tasks.choices.icl_options import IclOptions
+from diffeval.tasks.choices.icl_options import TEST_SIZE, IclOptions
 
 
 @dataclass(frozen=True)
@@ -42,15 +42,15 @@ def test_ids(options: IclOptions, name: str, seed: int) -> list[int]:
         ids = icl_data.load_indices(str(path))
         if max(ids, default=-1) >= len(data.test) or min(ids, default=0) < 0:
             raise InputError(f"--test-indices {path}: indices outside the {len(data.test)} test rows of {name}")
-        if options.test_size > len(ids):
+        if options.test_size > len(ids) and options.test_size != TEST_SIZE:
             raise InputError(f"--test-size {options.test_size}: --test-indices {path} lists {len(ids)} test rows: "
                              f"give --test-size {len(ids)} or fewer")  # fmt: skip
         return ids[: options.test_size]
-    if options.test_size > len(data.test):
+    if options.test_size > len(data.test) and options.test_size != TEST_SIZE:
         raise InputError(f"--test-size {options.test_size}: {name} holds {len(data.test)} test rows: give "
                          f"--test-size {len(data.test)} or fewer")  # fmt: skip
     rng = random.Random(f"icl-test|{name}|{seed}")
-    return sorted(rng.sample(range(len(data.test)), options.test_size))
+    return sorted(rng.sample(range(len(data.test)), min(options.test_size, len(data.test))))
 
 
 def demonstrations(name: str, data_dir: str | None, seed: int, draw: int, shots: int) -> list[int]:

@@ -10,6 +10,7 @@ from diffeval.data import icl as icl_data
 from diffeval.errors import InputError
 
 ORDER_TYPES = ("random", "alternating", "grouped")
+TEST_SIZE = 250  # the default --test-size (the protocol's): at most this many; a given one the data must hold
 
 
 def parse_shots(text: str | int | list) -> list:
@@ -50,7 +51,7 @@ class IclOptions:
     orders: list[str] = option(
         ["random:3"], help="random:K, alternating:K, grouped[:K]; comma list", parse=str_list("--orders")
     )
-    test_size: int = option(250, help="test queries per dataset [default: 250]")
+    test_size: int = option(TEST_SIZE, help=f"test queries per dataset [default: {TEST_SIZE}, or all where fewer]")
     draws: int = option(1, help="independent demonstration draws [default: 1]")
     data_dir: str | None = option(
         None,

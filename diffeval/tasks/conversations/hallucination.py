@@ -47,7 +47,7 @@ def make_samples(
     return [
         HallucinationSample(sample_id(f"halluc|{name}|{doc.id}"), name, doc)
         for name in options.datasets
-        for doc in data.load(name, options.data_dir, count)
+        for doc in data.load(name, options.data_dir, count, up_to=options.documents_up_to())
     ]
 
 
@@ -57,7 +57,7 @@ def check_inputs(context: RunContext[HallucinationOptions]) -> None:
     for spec in context.options.judge:
         _make_judge(context, spec).close()
     for name in context.options.datasets:
-        data.load(name, context.options.data_dir, context.options.samples)
+        data.load(name, context.options.data_dir, context.options.samples, up_to=context.options.documents_up_to())
 
 
 def _make_judge(context: RunContext[HallucinationOptions], spec: str) -> Judge:
@@ -108,7 +108,9 @@ def judge(generations: list[dict], context: RunContext[HallucinationOptions]) ->
     question, the reference and the output."""
     options = context.options
     documents = {
-        (name, doc.id): doc for name in options.datasets for doc in data.load(name, options.data_dir, options.samples)
+        (name, doc.id): doc
+        for name in options.datasets
+        for doc in data.load(name, options.data_dir, options.samples, up_to=options.documents_up_to())
     }
 
     def items(rows: list[dict]) -> list[JudgeItem]:

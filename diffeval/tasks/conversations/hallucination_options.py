@@ -15,6 +15,8 @@ from diffeval.models.backend import available_backends
 ON_API_JUDGE = (lambda options: any(j.startswith(("openai:", "openai-compatible:")) for j in options.judge),
                 "with an openai: or openai-compatible: --judge")  # fmt: skip
 
+SAMPLES = 100  # the default --samples: at most this many (a given --samples the data cannot fill is refused)
+
 
 @dataclass(frozen=True)
 class HallucinationOptions:
@@ -27,7 +29,9 @@ class HallucinationOptions:
         flag="--dataset",
         parse=str_list("--dataset"),
     )
-    samples: int = option(100, help="documents per dataset (the first N) [default: 100]", identity=False)
+    samples: int = option(
+        SAMPLES, help=f"documents per dataset (the first N) [default: {SAMPLES}, or all where fewer]", identity=False
+    )
     judge: list[str] = option(  # required: there is no silent default
         [],
         type=list[str],
@@ -48,6 +52,10 @@ class HallucinationOptions:
                                 applies=ON_API_JUDGE)  # fmt: skip
     judge_concurrency: int = option(4, help="judge requests in flight [default: 4]", identity=False,
                                     applies=ON_API_JUDGE)  # fmt: skip
+
+    def documents_up_to(self) -> bool:
+        """Whether --samples is a ceiling (its default) rather than a count the data must hold (given)."""
+        return self.samples == SAMPLES
 
     def validate(self) -> None:
         if len(set(self.judge)) != len(self.judge):

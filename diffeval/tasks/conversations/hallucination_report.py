@@ -85,7 +85,7 @@ def _with_outcomes(records: pd.DataFrame) -> pd.DataFrame:
 @lru_cache(maxsize=4)
 def _documents(name: str, data_dir: str | None, count: int) -> dict[str, data.Document]:
     """A dataset's documents by id, read once for all the samples a viewer opens."""
-    return {d.id: d for d in data.load(name, data_dir, count)}
+    return {d.id: d for d in data.load(name, data_dir, count, up_to=True)}  # what the run read
 
 
 VIEW_EDGE_CHARS = 1500  # document characters shown on each side of an elided middle
