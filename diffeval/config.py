@@ -136,6 +136,8 @@ def int_list(what: str):
 
 
 def parse_str_list(text: str | list, what: str = "list") -> list[str]:
+    if isinstance(text, str) and not text.strip():
+        return []  # no names at all: the option's own check says what it needs
     items = [str(item).strip() for item in (text if isinstance(text, list) else str(text).split(","))]
     if not all(items):  # "a,,b" or "a,": an item left out by mistake, never dropped in silence
         raise InputError(f"bad {what} {text!r}: an item is empty: give names separated by single commas")

@@ -280,6 +280,7 @@ ICL = {
     "dataset_unknown_in_a_list": ([*ICL_RUN, "--dataset", "trec,mnist"], trec(), "unknown dataset(s) ['mnist']"),
     "dataset_empty_item": ([*ICL_RUN, "--dataset", "trec,"], trec(), "bad --dataset 'trec,': an item is empty"),
     "dataset_twice": ([*ICL_RUN, "--dataset", "trec,trec"], trec(), "--dataset names 'trec' twice"),
+    "dataset_none": ([*ICL_RUN, "--dataset", ""], trec(), "--dataset is empty: name one or more of trec,"),
     "orders_twice": ([*ICL_RUN, "--orders", "random:2,random:2"], trec(), "--orders names 'random:2' twice"),
     "test_index_twice": ([*ICL_RUN, "--test-indices", "{indices}"], trec(indices="[1, 1, 2]"),
                          "row 1 is listed twice"),

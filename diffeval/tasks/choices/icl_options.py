@@ -69,7 +69,9 @@ class IclOptions:
         if len(self.ctx) != 1:
             raise InputError(f"--ctx {self.ctx}: ICL takes one context length (the prompt budget), e.g. --ctx 64k")
         unknown = [d for d in self.datasets if d not in icl_data.DATASETS]
-        if unknown or not self.datasets:
+        if not self.datasets:
+            raise InputError(f"--dataset is empty: name one or more of {', '.join(icl_data.DATASETS)}")
+        if unknown:
             raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(icl_data.DATASETS)}")
         for shots in self.shots:
             if shots != "max" and (not isinstance(shots, int) or shots < 0):

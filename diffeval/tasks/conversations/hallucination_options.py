@@ -65,7 +65,9 @@ class HallucinationOptions:
         if len(self.ctx) != 1:
             raise InputError(f"--ctx {self.ctx}: hallucination runs take one context length, e.g. --ctx 4k")
         unknown = [d for d in self.datasets if d not in data.DATASETS]
-        if unknown or not self.datasets:
+        if not self.datasets:
+            raise InputError(f"--dataset is empty: name one or more of {', '.join(data.DATASETS)}")
+        if unknown:
             raise InputError(f"unknown dataset(s) {unknown}: use any of {', '.join(data.DATASETS)}")
         if self.judge_cache and Path(self.judge_cache).expanduser().exists() and not Path(self.judge_cache).is_dir():
             raise InputError(f"--judge-cache {self.judge_cache} is a file: give a folder for the verdict cache")
