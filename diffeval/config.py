@@ -13,6 +13,7 @@ import hashlib
 import json
 import math
 import re
+import types
 from collections.abc import Callable
 from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from importlib import resources
@@ -283,7 +284,7 @@ class RunConfig:
         identity = {
             **_identity_fields(RunConfig, stored, skip=("options", "engine")),
             **engine,
-            "options": _identity_fields(type(self.options), stored_options),
+            "options": applying(type(self.options), _identity_fields(type(self.options), stored_options)),
         }
         inputs = stored.get(INPUT_HASHES, self.input_sha256)
         if inputs:  # a run that reads no user file keeps the identity (and folder name) it had before input hashes
@@ -319,7 +320,15 @@ class RunConfig:
 def folder_files(folder: str) -> list[Path]:
     """Every file below a folder, by relative path: what a tool that walks the folder may read."""
     root = Path(folder).expanduser()
-    return sorted(path for path in root.rglob("*") if path.is_file()) if root.is_dir() else [root]
+    if not root.is_dir():
+        return [root]
+    # not what tools and editors leave beside the inputs (lm-eval's import writes __pycache__ during a run)
+    return sorted(
+        path
+        for path in root.rglob("*")
+        if path.is_file()
+        and not any(part.startswith(".") or part == "__pycache__" for part in path.relative_to(root).parts)
+    )
 
 
 def content_sha256(paths: list[Path]) -> str:
@@ -342,6 +351,19 @@ def _identity_fields(cls, stored: dict[str, Any], skip: tuple[str, ...] = ()) ->
         f.name: stored.get(f.name, field_default(f))
         for f in fields(cls)
         if f.metadata.get("identity", True) and f.name not in skip
+    }
+
+
+def applying(options_class: type, values: dict[str, Any]) -> dict[str, Any]:
+    """Identity values with each option that acts on nothing beside the others (its `applies` test false) at its
+    default: a folder an older version wrote with such a value resumes under the command that leaves it out."""
+    declared = {f.name: f for f in fields(options_class)}
+    view = types.SimpleNamespace(**{name: values.get(name, field_default(f)) for name, f in declared.items()})
+    return {
+        name: field_default(declared[name])
+        if "applies" in declared[name].metadata and not declared[name].metadata["applies"][0](view)
+        else value
+        for name, value in values.items()
     }
 
 

@@ -63,6 +63,7 @@ class RecordWriter:
 class RunFolder:
     def __init__(self, path: str | Path):
         self.path = Path(path)
+        self._set_aside = False  # this run's --overwrite moved the folder's files into REPLACED_DIR
 
     @property
     def samples_path(self) -> Path:
@@ -78,7 +79,12 @@ class RunFolder:
         if self.path.exists() and not self.path.is_dir():
             raise InputError(f"--out {self.path} is a file: give a folder path")
         if config.overwrite:  # replaces any run folder, even one this version cannot read
-            others = [p.name for p in self.path.iterdir() if p.name != LOCK_FILE] if self.path.is_dir() else []
+            # a killed --overwrite's set-aside files are no user's files
+            others = (
+                [p.name for p in self.path.iterdir() if p.name not in (LOCK_FILE, REPLACED_DIR)]
+                if self.path.is_dir()
+                else []
+            )
             if others and RUN_FILE not in others:  # --overwrite empties a run folder, never an arbitrary one
                 raise InputError(
                     f"--out {self.path} is not a diffeval run folder (no run.json) and holds {len(others)} file(s): "
@@ -115,44 +121,56 @@ class RunFolder:
                 "or give another --out"
             )
 
+    def entries(self) -> set[str] | None:
+        """The names in the folder, or None where there is none: what `undone_on_refusal` takes before the lock."""
+        return {p.name for p in self.path.iterdir()} if self.path.is_dir() else None
+
     @contextmanager
-    def undone_on_refusal(self) -> Iterator[None]:
+    def undone_on_refusal(self, entries_before_lock: set[str] | None) -> Iterator[None]:
         """Bad input found after the run started writing (InputError) leaves the folder as it was found, unless
         records were appended by then (computed results are kept): a folder this run created is removed; in one it
         found, its run.json is put back, the files it added are removed, and what --overwrite set aside is put back.
-        Whatever else ends the run, what --overwrite set aside is removed: the folder was replaced."""
-        existed = self.path.is_dir()
-        found = {p.name: p.read_bytes() if p.name == RUN_FILE else None for p in self.path.iterdir()} if existed else {}
+        Whatever else ends the run, what --overwrite set aside is removed: the folder was replaced.
+
+        Enter it with the folder's lock held (a run refused the lock undoes nothing), given `entries()` from before
+        the lock was taken, so that a lock file the lock created is known as this run's."""
+        lock_is_ours = entries_before_lock is None or LOCK_FILE not in entries_before_lock
+        found = {p.name for p in self.path.iterdir()} - ({LOCK_FILE} if lock_is_ours else set())
+        created = entries_before_lock is None and not found  # nobody wrote here between that look and the lock
+        run = (self.path / RUN_FILE).read_bytes() if RUN_FILE in found else None
         sizes = {p: p.stat().st_size if p.is_file() else 0 for p in (self.samples_path, self.generations_path)}
-        replaced = self.path / REPLACED_DIR
+        self._set_aside = False
+        undone = False
         try:
             yield
         except InputError:
             # after --overwrite set the folder's files aside, any record in it was appended by this run
-            start = dict.fromkeys(sizes, 0) if replaced.is_dir() else sizes
+            start = dict.fromkeys(sizes, 0) if self._set_aside else sizes
             if all((p.stat().st_size if p.is_file() else 0) == size for p, size in start.items()):
-                self._undo(existed, found)
+                self._undo(created, found, run, lock_is_ours)
+                undone = True
             raise
         finally:
-            shutil.rmtree(replaced, ignore_errors=True)
+            if not undone:  # the folder was replaced, or resumed after a killed --overwrite: what was set aside goes
+                shutil.rmtree(self.path / REPLACED_DIR, ignore_errors=True)
 
-    def _undo(self, existed: bool, found: dict[str, bytes | None]) -> None:
-        if not existed:
+    def _undo(self, created: bool, found: set[str], run: bytes | None, lock_is_ours: bool) -> None:
+        if created:
             shutil.rmtree(self.path, ignore_errors=True)
             return
         replaced = self.path / REPLACED_DIR
-        if replaced.is_dir():  # --overwrite emptied the folder: all in it now is this run's, but a lock it kept
-            kept = {REPLACED_DIR, LOCK_FILE} if LOCK_FILE in found else {REPLACED_DIR}
+        if self._set_aside:  # --overwrite emptied the folder: all in it now is this run's, but a lock it found
+            kept = {REPLACED_DIR} if lock_is_ours else {REPLACED_DIR, LOCK_FILE}
             for child in self.path.iterdir():
                 if child.name not in kept:
                     shutil.rmtree(child) if child.is_dir() else child.unlink()
             for child in replaced.iterdir():
                 child.replace(self.path / child.name)
+            replaced.rmdir()
             return
         for child in self.path.iterdir():
             if child.name not in found and child.is_file():
                 child.unlink()
-        run = found.get(RUN_FILE)
         if run is not None:
             (self.path / RUN_FILE).write_bytes(run)
 
@@ -170,6 +188,7 @@ class RunFolder:
             replaced.mkdir()
             for child in children:
                 child.replace(replaced / child.name)
+            self._set_aside = True
         run: dict[str, Any] = existing if existing is not None else {"run_format": RUN_FORMAT, "created": _now()}
         machine = metadata.get("machine")
         timed = self.samples_path.is_file() or self.generations_path.is_file()

@@ -140,7 +140,8 @@ def execute(planned: Planned, console: Console | None = None) -> RunFolder | Non
 
         cluster = ray_session(config.ray)
     # a refusal that can only come once a model is loaded (a prompt built in its own tokens) undoes what was written
-    with cluster, folder.undone_on_refusal(), FolderLock(folder.path, config.break_lock):
+    entries = folder.entries()  # before the lock creates the folder and its lock file
+    with cluster, FolderLock(folder.path, config.break_lock), folder.undone_on_refusal(entries):
         machine = machine_record(config.backend, EngineSettings.from_config(config).threads)
         from diffeval.models.checkpoints.loading import library_versions
 

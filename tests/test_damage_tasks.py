@@ -329,6 +329,8 @@ HALLUCINATION = {
                               "document is a int, not a string"),
     "dataset_unknown_in_a_list": ([*HALLUCINATION_RUN, "--dataset", "xsum,squad"], THREE_DOCUMENTS,
                                   "unknown dataset(s) ['squad']"),
+    "judge_backend_beside_an_offline_judge": ([*HALLUCINATION_RUN, "--judge-backend", "vllm"], THREE_DOCUMENTS,
+                                              "--judge-backend vllm runs hf:PATH judges, and no --judge is one"),
     "judge_timeout_beside_an_offline_judge": ([*HALLUCINATION_RUN, "--judge-timeout", "5"], THREE_DOCUMENTS,
                                               "--judge-timeout 5.0 applies only with an openai:"),
     "judge_retries_beside_an_offline_judge": ([*HALLUCINATION_RUN, "--judge-retries", "2"], THREE_DOCUMENTS,

@@ -483,3 +483,29 @@ def test_a_refusal_after_records_were_appended_keeps_them(scaled_head, tmp_path)
     rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert rows and {row["model"] for row in rows} == {"diff"}
     assert json.loads((out / "run.json").read_text())["config"]["task"] == "nll"
+
+
+def test_an_option_stored_where_it_acts_on_nothing_leaves_the_identity_and_the_view_as_its_default():
+    """An older version stored another probe's option (ignored then, refused now): the command without it resumes
+    that folder, and the viewer rebuilds its config."""
+    from diffeval.view.data import config_from_run
+
+    config = build_config("distractor-attention", {"probe": "vt"}, {"models": ["diff=toy-diff", "base=toy-base"]})
+    stored = config.to_dict()
+    stored["options"]["keys"] = 8  # mk-niah's: vt never read it
+    assert config.identity_of(stored) == config.identity()
+    assert config_from_run({"config": stored}).identity() == config.identity()
+
+
+def test_a_folder_input_hashes_what_a_tool_reads_not_what_it_leaves(tmp_path):
+    """lm-eval's import writes __pycache__ beside an --include-path's task code; editors leave hidden files."""
+    from diffeval.config import content_sha256, folder_files
+
+    (tmp_path / "task.yaml").write_text("task: mine\n")
+    before = content_sha256(folder_files(str(tmp_path)))
+    (tmp_path / "__pycache__").mkdir()
+    (tmp_path / "__pycache__" / "utils.cpython-311.pyc").write_bytes(b"compiled")
+    (tmp_path / ".task.yaml.swp").write_bytes(b"swap")
+    assert content_sha256(folder_files(str(tmp_path))) == before
+    (tmp_path / "task.yaml").write_text("task: edited\n")
+    assert content_sha256(folder_files(str(tmp_path))) != before

@@ -86,7 +86,7 @@ def plot_command(
     """Loss curves of several training logs in one figure."""
     from diffeval.toy.plot import plot_losses
 
-    named = {}
+    named: dict[str, str] = {}
     for item in logs:
         name, sep, path = item.partition("=")
         if not sep or not name or not path:

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from diffeval.config import INPUT_HASHES, RunConfig, field_default
+from diffeval.config import INPUT_HASHES, RunConfig, applying, field_default
 from diffeval.errors import InputError
 from diffeval.models.backend import EngineSettings, open_tokenizer
 from diffeval.models.tokenizer import PromptTokenizer
@@ -108,10 +108,12 @@ def config_from_run(run: dict) -> RunConfig:
     values = {k: v for k, v in stored.items() if k not in ("options", INPUT_HASHES)}  # hashes are read, not given
     options = stored.get("options", {})
     # an option stored at its default is left out, as by a run that did not give it: run.json stores every option,
-    # those that act on nothing (another probe's) too, and given, those are refused (config.option's `applies`)
-    if isinstance(stored.get("task"), str) and stored["task"] in TASKS:
-        defaults = {f.name: field_default(f) for f in fields(TASKS[stored["task"]].options)}
-        options = {k: v for k, v in options.items() if k not in defaults or v != defaults[k]}
+    # those that act on nothing (another probe's) too, and given, those are refused (config.option's `applies`);
+    # one an older version stored with a value it ignored counts as left out too
+    if isinstance(stored.get("task"), str) and stored["task"] in TASKS and isinstance(options, dict):
+        options_class = TASKS[stored["task"]].options
+        defaults = {f.name: field_default(f) for f in fields(options_class)}
+        options = {k: v for k, v in applying(options_class, options).items() if k not in defaults or v != defaults[k]}
     return build_config(stored["task"], {**values, **options}, {})
 
 

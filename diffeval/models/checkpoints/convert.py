@@ -83,7 +83,7 @@ def convert(source: str, src: str | Path, dst: str | Path) -> list[str]:
     _check_destination(src, dst)
     config = _json_file(src / "config.json", "a config")
     layers = config.get("num_hidden_layers")
-    if not _is_count(layers) or not _is_count(config.get("hidden_size")):
+    if not isinstance(layers, int) or not _is_count(layers) or not _is_count(config.get("hidden_size")):
         raise InputError(f"{src / 'config.json'} has no num_hidden_layers and hidden_size of a Llama-style model "
                          "(positive whole numbers)")  # fmt: skip
     tensors = _read_weights(src)

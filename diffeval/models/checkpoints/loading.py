@@ -308,7 +308,8 @@ def load_model(
     config = load_config(spec, trust_remote_code)
     device = resolve_device(device)
     transformers.utils.logging.disable_progress_bar()  # diffeval draws its own progress bars
-    kwargs = {"dtype": resolve_dtype(dtype, device), "trust_remote_code": trust_remote_code}
+    torch_dtype = resolve_dtype(dtype, device)
+    kwargs = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
     if attn_impl:
         kwargs["attn_implementation"] = attn_impl
     tokenizer = load_tokenizer(spec, trust_remote_code)
@@ -319,7 +320,7 @@ def load_model(
                 model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra)
     except Exception as exc:  # truncated or mismatched weight files, or too little memory for --dtype
         if is_resource_error(exc):
-            raise memory_error(spec, kwargs["dtype"], device, exc) from None
+            raise memory_error(spec, torch_dtype, device, exc) from None
         raise load_error(spec, "its weights", exc) from None
     variant = variants.variant_of(config)
     if variant is not None and variant.after_load:
@@ -328,7 +329,7 @@ def load_model(
         model.to(device).eval()  # type: ignore[arg-type]  # transformers' wrapper of `to` hides torch's signature
     except Exception as exc:
         if is_resource_error(exc):
-            raise memory_error(spec, kwargs["dtype"], device, exc) from None
+            raise memory_error(spec, torch_dtype, device, exc) from None
         raise
     if tokenizer.pad_token_id is None:
         # batched generation pads on the left; any id works because padded positions are masked out
