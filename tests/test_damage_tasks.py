@@ -77,6 +77,8 @@ NLL = {
     "first_chapter_past_the_end": ([*NLL_RUN, "--data-dir", "{books}"],
                                    books([{"id": "b1", "first_chapter_char": 10**7}], {"b1": PROSE * 60}),
                                    "is past the end of b1.txt"),
+    "book_empty": ([*NLL_RUN, "--data-dir", "{books}"], books([{"id": "b1", "first_chapter_char": 0}], {"b1": ""}),
+                   "b1.txt is empty: give the book's text, or leave it out"),
     "first_chapter_not_a_number": ([*NLL_RUN, "--data-dir", "{books}"],
                                    books([{"id": "b1", "first_chapter_char": "ten"}], {"b1": PROSE * 60}),
                                    "first_chapter_char 'ten' is not a character offset"),

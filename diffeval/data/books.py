@@ -92,6 +92,8 @@ def _books(folder: str) -> tuple[Document, ...]:
         if not path.is_file():
             raise InputError(f"{index}, line {number}: names {book_id}, but {path.name} is not in {folder}")
         text = _text(path)
+        if not text.strip():
+            raise InputError(f"{index}, line {number}: {path.name} is empty: give the book's text, or leave it out")
         if first >= len(text):
             raise InputError(f"{index}, line {number}: first_chapter_char {first:,} is past the end of {path.name} "
                              f"({len(text):,} characters): give an offset inside the text")  # fmt: skip
