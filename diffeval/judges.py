@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from diffeval import machine
+from diffeval.config import is_count
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
 
@@ -237,7 +238,7 @@ class ChatJudge(Judge):
 
     def _wait(self, attempt: int, retry_after: str | None) -> float:
         """The server's Retry-After when it gives seconds (capped at 60), else exponential backoff."""
-        if retry_after and retry_after.isascii() and retry_after.isdigit():  # float("²") fails
+        if retry_after and is_count(retry_after):
             return min(float(retry_after), 60.0)
         return self.backoff * 2 ** (attempt - 1)
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from diffeval.data import read_utf8
 from diffeval.errors import InputError
 
 # Jane Austen's Persuasion (1818), public domain: the whole novel, 466,828 bytes of ASCII, 111,667 tokens in Llama-3's
@@ -74,7 +75,7 @@ def _books(folder: str) -> tuple[Document, ...]:
     if not index.is_file():
         raise InputError(f"--data-dir {folder}: no books.jsonl (one JSON line per book: id, title, first_chapter_char)")
     documents: list[Document] = []
-    for number, line in enumerate(_text(index).splitlines(), 1):
+    for number, line in enumerate(read_utf8(index).splitlines(), 1):
         if not line.strip():
             continue
         try:
@@ -91,7 +92,7 @@ def _books(folder: str) -> tuple[Document, ...]:
         path = root / f"{book_id}.txt"
         if not path.is_file():
             raise InputError(f"{index}, line {number}: names {book_id}, but {path.name} is not in {folder}")
-        text = _text(path)
+        text = read_utf8(path)
         if not text.strip():
             raise InputError(f"{index}, line {number}: {path.name} is empty: give the book's text, or leave it out")
         if first >= len(text):
@@ -101,13 +102,6 @@ def _books(folder: str) -> tuple[Document, ...]:
     if not documents:
         raise InputError(f"{index} lists no books")
     return tuple(documents)
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
 
 
 @lru_cache(maxsize=4)

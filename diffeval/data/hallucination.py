@@ -18,6 +18,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from diffeval.data import read_utf8
 from diffeval.errors import InputError
 
 
@@ -120,13 +121,11 @@ def local_file(name: str, root: Path) -> Path:
 def _load_local(name: str, root: Path, count: int) -> list[Document]:
     path = local_file(name, root)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_utf8(path)
     except FileNotFoundError:
         raise InputError(
             f"--data-dir {root}: {path.name} is missing; see docs/tasks/hallucination.md for the expected files"
         ) from None
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
     lines = [line for line in text.splitlines() if line.strip()][:count]
     try:
         return [_document(name, json.loads(line)) for line in lines]

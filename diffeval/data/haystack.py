@@ -20,6 +20,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from diffeval.data import read_utf8
 from diffeval.errors import InputError
 
 NOISE_SENTENCES = (
@@ -105,8 +106,8 @@ def _read_essays(path: Path) -> list[str]:
             files = _essay_files(path)
             if not files:
                 raise InputError(f"haystack folder {path} has no .txt files: point essays: at a folder of .txt files")
-            return [_utf8(f) for f in files]
-        data = json.loads(_utf8(path))
+            return [read_utf8(f, "haystack file") for f in files]
+        data = json.loads(read_utf8(path, "haystack file"))
     except FileNotFoundError:
         raise InputError(f"haystack {path} does not exist: give a folder of .txt files or a JSON file") from None
     except (OSError, json.JSONDecodeError) as exc:
@@ -116,14 +117,6 @@ def _read_essays(path: Path) -> list[str]:
     if isinstance(data, list) and all(isinstance(t, str) for t in data):
         return data
     raise InputError(f'haystack {path} must be a JSON list of texts or {{"text": ...}}')
-
-
-def _utf8(path: Path) -> str:
-    """A haystack file's text; a file that is not UTF-8 is refused, never read with replaced bytes."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"haystack file {path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
 
 
 def _read_hf(arg: str) -> list[str]:

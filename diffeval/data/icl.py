@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from diffeval.data import read_utf8
 from diffeval.errors import InputError
 
 DATASETS = ("trec", "trec-fine", "banking77", "clinic150")
@@ -167,10 +168,9 @@ def _load_local(name: str, root: Path) -> ICLDataset:
     try:
         if name in ("trec", "trec-fine"):
             key = "coarse_label_id" if name == "trec" else "fine_label_id"
+            trec = root / "trec"
             splits = {
-                split: [
-                    json.loads(line) for line in _text(root / "trec" / f"{split}.jsonl").splitlines() if line.strip()
-                ]
+                split: [json.loads(line) for line in read_utf8(trec / f"{split}.jsonl").splitlines() if line.strip()]
                 for split in ("train", "test")
             }
             labels = _trec_labels(name)
@@ -178,13 +178,14 @@ def _load_local(name: str, root: Path) -> ICLDataset:
                                                        for s in ("train", "test")]), root)  # fmt: skip
         if name == "banking77":
             rows = {
-                s: list(csv.DictReader(io.StringIO(_text(root / "banking77" / f"{s}.csv")))) for s in ("train", "test")
+                s: list(csv.DictReader(io.StringIO(read_utf8(root / "banking77" / f"{s}.csv"))))
+                for s in ("train", "test")
             }
             intents = sorted({r["category"] for r in rows["train"]})
             return _checked(
                 _from_named(name, intents, {s: [(r["text"], r["category"]) for r in rows[s]] for s in rows}), root
             )
-        data = json.loads(_text(root / "clinc150" / "data_oos_plus.json"))
+        data = json.loads(read_utf8(root / "clinc150" / "data_oos_plus.json"))
         pairs = {s: data[s] + data[f"oos_{s}"] for s in ("train", "test")}  # the HF `plus` splits
         intents = sorted({intent for _, intent in pairs["train"]})
         return _checked(_from_named(name, intents, pairs), root)
@@ -194,13 +195,6 @@ def _load_local(name: str, root: Path) -> ICLDataset:
         ) from None
     except (KeyError, TypeError, ValueError) as exc:  # a row of the wrong shape; json's errors are ValueErrors
         raise InputError(f"--data-dir {root}: {name} files do not have the expected schema ({exc})") from None
-
-
-def _text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path} is not UTF-8 text (byte {exc.start:,}): save it as UTF-8") from None
 
 
 def _trec_example(row: dict, key: str, labels: list[str]) -> Example:
