@@ -37,6 +37,7 @@ class Layer:
     kv_from: int | None = None  # the layer whose KV cache this one reads (it keeps none of its own)
     kv_caches: int = 1  # K and V sets per token on vLLM against a softmax layer with the same KV heads and head_dim
     state_elements: int = 0  # a state-space layer's state per sequence (conv + SSM), in elements
+    memory_from: int | None = None  # a gated memory layer: the layer whose output it gates (SambaY's memory)
 
     @property
     def attends(self) -> bool:
@@ -55,6 +56,8 @@ class Layer:
             what += f", sliding {self.window}" if self.window else ", full"
         if self.kv_from is not None:
             what += f", reuses layer {self.kv_from}'s KV"
+        if self.memory_from is not None:
+            what += f", gates layer {self.memory_from}'s output"
         return what
 
 

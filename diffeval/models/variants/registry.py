@@ -15,8 +15,9 @@ from diffeval.models.variants.base import ATTENTION, STATE_SPACE, Layer, Variant
 from diffeval.models.variants.diffllama.record import DIFF_V1
 from diffeval.models.variants.diffllama2.record import DIFF_V2
 from diffeval.models.variants.motif.record import MOTIF
+from diffeval.models.variants.phi4flash.record import PHI4FLASH
 
-VARIANTS: tuple[Variant, ...] = (DIFF_V1, DIFF_V2, MOTIF)
+VARIANTS: tuple[Variant, ...] = (DIFF_V1, DIFF_V2, MOTIF, PHI4FLASH)
 
 UNRECORDED = DIFF_V1  # run folders written before run.json named a model's variant hold V1 models only
 
