@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from phi4flash_reference import reference_logits as phi4flash_logits
 
 from conftest import PARITY_SHAPES
 from diff_references import diffllama2_logits, diffllama_logits
@@ -30,8 +31,12 @@ REFERENCES = {
     "v1": diffllama_logits,  # transformers' DiffLlama attention written out (tests/diff_references.py)
     "v2": diffllama2_logits,  # the paper's V2 module, rotated as transformers rotates (tests/diff_references.py)
     "motif": motif_logits,  # Motif-2 and its grouped attention, by another author (tests/motif_reference.py)
+    "phi4flash": phi4flash_logits,  # SambaY in float64 with a sequential scan, by another author (its module)
 }
 MAX_LOGIT_GAP = 1e-5  # fp32 against the references' fp32 (V1, V2) and float64 (Motif): measured up to 6e-6
+# Phi-4-mini-flash: 12 layers of fp32 Mamba scans and LayerNorms against a float64 reference, measured up to 3.4e-5
+# (6e-7 with diffeval's model in float64, whose subln and λ stay fp32 as vLLM's); issue 50's bound
+MAX_LOGIT_GAPS = {"phi4flash": 1e-4}
 
 
 @pytest.mark.parametrize("variant", registry.VARIANTS, ids=lambda v: v.name)
@@ -63,13 +68,13 @@ def test_logits_match_the_independent_reference(loaded, impl):
         ours = model.model(input_ids=ids).logits.double()
     gap = (ours - REFERENCES[variant.name](folder, ids).double()).abs().max().item()
     print(f"{variant.name} {folder.name} {impl}: max |Δ logit| = {gap:.2e}")
-    assert gap <= MAX_LOGIT_GAP
+    assert gap <= MAX_LOGIT_GAPS.get(variant.name, MAX_LOGIT_GAP)
 
 
 def test_greedy_decoding_through_the_kv_cache_equals_full_forwards(loaded):
     """hf's generate (left-padded batch, KV cache) gives the argmax of full forwards without a cache; and logits one
     token at a time through the cache are a full forward's at every position, over a cache of num_key_value_heads keys
-    and values per layer."""
+    and values in every layer that keeps its own (a sliding layer: its window)."""
     _, _, model = loaded
     model.model.set_attn_implementation("sdpa")  # the engine's default; the reference test may have left eager
     backend = HFBackend(model)
@@ -95,6 +100,10 @@ def test_greedy_decoding_through_the_kv_cache_equals_full_forwards(loaded):
     torch.testing.assert_close(torch.stack(steps), full, atol=1e-4, rtol=1e-4)
     cache, config = getattr(out, cache_argument), model.model.config
     assert cache.get_seq_length() == ids.shape[1]
-    assert {tuple(layer.keys.shape) for layer in cache.layers} == {
-        (1, config.num_key_value_heads, ids.shape[1], config.head_dim)
-    }
+    length = ids.shape[1]
+    for index, layer in enumerate(registry.layers_of(config)):  # the layers that keep KV, as the record says
+        if layer.cached_kv:
+            # transformers' caches hold a list of layers; Phi-4-mini-flash's its KV layers' keys by index
+            keys = cache.keys[index] if isinstance(getattr(cache, "keys", None), dict) else cache.layers[index].keys
+            kept = length if layer.window is None else min(length, layer.window - 1)
+            assert tuple(keys.shape) == (1, config.num_key_value_heads, kept, config.head_dim)

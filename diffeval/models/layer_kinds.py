@@ -2,9 +2,11 @@
 the code that reads them: which layers the attention instruments read, how a record and a table name those they skip,
 the layer pattern `models inspect` prints, and what one sequence keeps in vLLM's cache.
 
-The attention analyses, outliers' attention logits and quantize's quantized logits read only the layers whose kind
-attends: a state-space (Mamba) or gated-memory layer has no attention map. Their records stay as they were for a
-model whose layers all attend; a hybrid's records add `skipped_layers`, {decoder index: kind}, and its tables a note.
+Outliers' attention logits and quantize's quantized logits read every layer whose kind attends: a state-space (Mamba)
+or gated-memory layer has no attention map. The attention analyses read the layers that attend over the whole context
+(`analysis_layers`): a model that also has sliding-window layers (Phi-4-mini-flash's self-decoder) is read at its
+full and cross-decoder layers, and its sliding layers are listed as skipped. Records stay as they were for a model
+whose layers all attend; a hybrid's records add `skipped_layers`, {decoder index: kind}, and its tables a note.
 """
 
 from __future__ import annotations
@@ -26,14 +28,25 @@ def attention_layers(layers: Sequence[Layer]) -> list[int]:
     return [index for index, layer in enumerate(layers) if layer.attends]
 
 
-def skipped_layers(layers: Sequence[Layer]) -> dict[str, str]:
-    """{decoder index: what the layer is} of every layer without attention, as a record stores it."""
-    return {str(index): layer.describe() for index, layer in enumerate(layers) if not layer.attends}
+def analysis_layers(layers: Sequence[Layer]) -> list[int]:
+    """The layers the attention analyses read: those that attend over the whole context. Where every attending layer
+    slides (a Mistral), all of them: its window is its context."""
+    attending = attention_layers(layers)
+    return [index for index in attending if layers[index].window is None] or attending
 
 
-def record_fields(info: ModelInfo) -> dict[str, Any]:
-    """What an attention instrument's record adds: the layers it skipped, only where there are some."""
-    skipped = skipped_layers(kinds(info))
+def skipped_layers(layers: Sequence[Layer], read: Sequence[int] | None = None) -> dict[str, str]:
+    """{decoder index: what the layer is} of every layer an instrument does not read (by default: every layer without
+    attention), as a record stores it."""
+    read = attention_layers(layers) if read is None else read
+    return {str(index): layer.describe() for index, layer in enumerate(layers) if index not in read}
+
+
+def record_fields(info: ModelInfo, whole_context: bool = False) -> dict[str, Any]:
+    """What an attention instrument's record adds: the layers it skipped, only where there are some. `whole_context`:
+    the attention analyses', which skip sliding-window layers too (`analysis_layers`)."""
+    layers = kinds(info)
+    skipped = skipped_layers(layers, analysis_layers(layers) if whole_context else None)
     return {"skipped_layers": skipped} if skipped else {}
 
 

@@ -124,8 +124,8 @@ class HFBackend:
     ):
         """Yields, per query, (summed log-probability, token count) of each of its choices after prefix + query.
 
-        With `reuse` the prefix's KV cache is computed once and cropped back after every query and choice, so each
-        query costs only its own tokens and its choices'. Without it every (query, choice) runs the full sequence.
+        With `reuse` the prefix's KV cache is computed once and brought back after every query and choice (cropped, or
+        restored from a snapshot where it holds state), so each query costs only its own tokens and its choices'. Without it every (query, choice) runs the full sequence.
         """
         if not reuse:
             for query, options in zip(queries, choices):
@@ -138,6 +138,7 @@ class HFBackend:
         # only the last position's logits are needed from the prefix: skip the LM head over the whole block
         prefix_out = self.model(input_ids=self._ids(prefix), use_cache=True, logits_to_keep=1)
         cache = getattr(prefix_out, self._cache)
+        after_prefix = _mark(cache)
         for query, options in zip(queries, choices):
             if query:
                 last = self.model(input_ids=self._ids(query), **{self._cache: cache}, use_cache=True, logits_to_keep=1)
@@ -145,16 +146,16 @@ class HFBackend:
             else:
                 last = prefix_out.logits
             first = torch.log_softmax(last[0, -1].float(), dim=-1)
-            context = len(prefix) + len(query)
+            after_query = _mark(cache)
             scores = []
             for choice in options:
                 total = float(first[choice[0]])
                 if len(choice) > 1:
                     rest = self.model(input_ids=self._ids(choice[:-1]), **{self._cache: cache}, use_cache=True)
                     total += _continuation_logprob(rest.logits[0], choice[1:])
-                    _rollback(cache, context)
+                    _rewind(cache, after_query)
                 scores.append((total, len(choice)))
-            _rollback(cache, len(prefix))
+            _rewind(cache, after_prefix)
             yield scores
 
     def _choice_logprob_naive(self, context: list[int], choice: list[int]) -> tuple[float, int]:
@@ -223,9 +224,18 @@ def forward_groups(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return groups
 
 
-def _rollback(cache, length: int) -> None:
-    """Drop cached positions beyond `length` (transformers 5 crops by a negative count of tokens to remove)."""
-    extra = cache.get_seq_length() - length
+def _mark(cache):
+    """A point `_rewind` can bring the cache back to: its length, or a snapshot where a cache cannot be cropped (a
+    Mamba state holds no earlier positions; Phi-4-mini-flash's cache snapshots its states and sliding windows)."""
+    return cache.snapshot() if hasattr(cache, "snapshot") else cache.get_seq_length()
+
+
+def _rewind(cache, mark) -> None:
+    """Back to `mark`: positions past it dropped (transformers 5 crops by a negative count of tokens to remove)."""
+    if hasattr(cache, "restore"):
+        cache.restore(mark)
+        return
+    extra = cache.get_seq_length() - mark
     if extra > 0:
         cache.crop(-extra)
 

@@ -123,7 +123,7 @@ def evaluate(batch: list[HaystackSample], backend: Backend, context: RunContext[
             "answer_share_normalized": mean(headline["answer"]) / mean(headline["row_sum"]),
             "noise_share_normalized": mean(headline["noise"]) / mean(headline["row_sum"]),
             "shares": maps,
-            **record_fields(backend.info),
+            **record_fields(backend.info, whole_context=True),
         }
         seconds = time.perf_counter() - start
         records.append(Record("attention", backend.info.name, sample.sample_id, len(prompt.ids), 0, seconds, fields))

@@ -160,7 +160,7 @@ def evaluate(batch: list[HaystackSample], backend: Backend,
             "distractor_share": fmean(headline["needles"]),
             "noise_share": fmean(headline["noise"]),
             "shares": maps,
-            **record_fields(backend.info),
+            **record_fields(backend.info, whole_context=True),
         }
         seconds = time.perf_counter() - start
         records.append(Record("distractor-attention", backend.info.name, sample.sample_id, len(prompt.ids), 0,

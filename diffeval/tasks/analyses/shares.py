@@ -3,9 +3,10 @@
 A prompt's key positions are cut into SEGMENTS; the backend gives, per layer and head, the softmax weight each
 segment receives in the query rows (never a T×T map). A baseline has one softmax map per head; a DIFF model's maps
 split as its variant pairs heads into map 1, map 2 and the differential map A1 − λ·A2 (whose rows sum to 1 − λ).
-The headline map is the differential one for DIFF models and the softmax one for baselines. Only layers whose kind
-attends have maps: a hybrid's record lists the layers it skipped (`skipped_layers`, models/layer_kinds.py), its
-per-layer values are those of the other layers, in order, and its tables name the skipped layers in a note.
+The headline map is the differential one for DIFF models and the softmax one for baselines. Only layers that attend
+over the whole context are read (`layer_kinds.analysis_layers`): a hybrid's record lists the layers it skipped, Mamba,
+gated memory and sliding-window layers (`skipped_layers`, models/layer_kinds.py), its per-layer values are those of
+the other layers, in order, and its tables name the skipped layers in a note.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
-from diffeval.models.layer_kinds import analysed_layers, attention_layers, kinds, skipped_text
+from diffeval.models.layer_kinds import analysed_layers, analysis_layers, attention_layers, kinds, skipped_text
 from diffeval.models.variants import registry as variants
 from diffeval.models.variants.base import PER_TOKEN
 from diffeval.records import Sized
@@ -41,12 +42,18 @@ MapShares = dict[str, dict[str, list[float]]]  # {map: {segment or row_sum: [per
 def measure(backend: Backend, ids: list[int], rows: list[int], segment_ids: list[int]) -> tuple[MapShares, dict]:
     """Every map's per-layer shares of every segment in `rows`, and the headline map's."""
     shares, row_lambdas = backend.attention_rows(ids, rows, segment_ids, len(SEGMENTS))
+    if backend.info.layer_kinds:  # the backend gives every attending layer; the analyses read the whole-context ones
+        layers = kinds(backend.info)
+        attending = attention_layers(layers)
+        keep = [attending.index(index) for index in analysis_layers(layers)]
+        shares = shares[keep]
+        row_lambdas = None if row_lambdas is None else row_lambdas[keep]
     maps = per_map_shares(shares, backend.info, row_lambdas)
     return maps, maps[HEADLINE_MAP[backend.info.is_diff]]
 
 
 def per_map_shares(shares: Any, info: Any, row_lambdas: Any = None) -> MapShares:
-    """(layers, heads, rows, segments) array over the layers that attend → {map: {segment or row_sum: [per-layer
+    """(layers, heads, rows, segments) array over the layers analysed → {map: {segment or row_sum: [per-layer
     mean over heads and rows]}}. A DIFF model's maps split as its variant pairs heads (its record, models/variants/),
     with the layer's λ (V1: heads i and i + H/2) or each row's (V2: adjacent query heads)."""
     variant = variants.by_name(info.diff_variant) if info.is_diff else None
@@ -57,7 +64,9 @@ def per_map_shares(shares: Any, info: Any, row_lambdas: Any = None) -> MapShares
         )
     split = variant.code(variant.split_maps) if variant else None
     # the decoder index of each captured layer, by which a layer's λ is found (a ModelInfo that lists no kinds: all)
-    layers = attention_layers(kinds(info)) if info.layer_kinds else range(len(shares))
+    layers = analysis_layers(kinds(info)) if info.layer_kinds else range(len(shares))
+    # λ by decoder index: a hybrid's table lists its DIFF layers only
+    layer_lambda = {row["layer"]: row["lambda"] for row in info.lambdas}
     per_layer_maps = []
     for position, (layer, layer_shares) in enumerate(zip(layers, shares, strict=True)):
         if variant is None or split is None:
@@ -65,7 +74,7 @@ def per_map_shares(shares: Any, info: Any, row_lambdas: Any = None) -> MapShares
         elif variant.lambda_form == PER_TOKEN:
             per_layer_maps.append(split(layer_shares, row_lambdas[position]))
         else:
-            per_layer_maps.append(split(layer_shares, info.lambdas[layer]["lambda"]))
+            per_layer_maps.append(split(layer_shares, layer_lambda[layer]))
     out: MapShares = {}
     for name in per_layer_maps[0]:
         means = [maps[name].mean(axis=(0, 1)) for maps in per_layer_maps]  # (segments,) per layer

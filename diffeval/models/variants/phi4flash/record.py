@@ -39,6 +39,7 @@ PHI4FLASH = Variant(
     split_maps="diffeval.models.diff:split_differential",
     fixture="diffeval.models.variants.phi4flash.fixture:build",
     fixture_shapes=("8-layers", "12-layers"),
+    vllm_model="diffeval.models.variants.phi4flash.vllm:Phi4FlashForCausalLM",
     register_hf="diffeval.models.variants.phi4flash.modeling:register",
     check_config="diffeval.models.variants.phi4flash.checks:check_phi4flash_config",
     inspect_lambdas="diffeval.models.variants.phi4flash.modeling:layer_lambdas",
