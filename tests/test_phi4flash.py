@@ -281,3 +281,22 @@ def test_the_fixture_saves_the_published_layout_and_a_published_checkpoint_loads
     with torch.inference_mode():
         generated = backend.model.generate(torch.tensor([prompt]), max_new_tokens=6, do_sample=False)
     assert generated[0, 20:].tolist() == reference_greedy(written, prompt, 6)
+
+
+def test_the_tiny_pair_runs_the_needle_and_pairs_diff_against_its_baseline(flash, tiny_models, tmp_path):
+    """The public pair in small (Phi-4-mini-flash's layout and Phi-4-mini's, one tokenizer) through the command line:
+    run.json names the DIFF variant and the baseline, and the report pairs them on the same samples."""
+    import pandas as pd
+
+    from diffeval.models.variants.phi4flash.fixture import build_phi4_mini
+
+    mini = build_phi4_mini(tiny_models["tok_a"], tmp_path / "mini")
+    out = tmp_path / "pair"
+    result = run_cli_in_process("run", "needle", "-m", f"flash={flash['8-layers']}", "-m", f"mini={mini}", "--ctx",
+                                "512", "--depths", "0,50", "--samples", "2", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    models = json.loads((out / "run.json").read_text())["models"]
+    assert models["flash"]["diff_variant"] == "phi4flash" and models["flash"]["is_diff"]
+    assert not models["mini"]["is_diff"]
+    paired = pd.read_csv(out / "paired.csv")
+    assert set(zip(paired["diff"], paired["baseline"])) == {("flash", "mini")} and (paired["n"] == 4).all()

@@ -153,6 +153,12 @@ def test_a_rope_that_depends_on_the_positions_is_refused_past_them():
         _rope_table_override(yarn, info, 4096)
 
 
+def _prefix_block(vllm) -> int:
+    """The tokens a prefix-cache hit comes in: the scheduler's block, which every cache group's block divides (a
+    hybrid's attention blocks can be a multiple of cache_config.block_size, which its Mamba state sets)."""
+    return vllm.llm.llm_engine.engine_core.engine_core.scheduler.block_size
+
+
 def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
     _, vllm = pair
     prefix = noise_ids(vllm, 1500)
@@ -163,7 +169,7 @@ def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
     for prompt in prompts:
         [hit] = vllm.llm.generate([prompt], warm, use_tqdm=False)
         [miss] = vllm.llm.generate([prompt], cold, use_tqdm=False)
-        block = vllm.llm.llm_engine.vllm_config.cache_config.block_size
+        block = _prefix_block(vllm)
         assert hit.num_cached_tokens == len(prefix) // block * block and not miss.num_cached_tokens
         top_hit = {t: lp.logprob for t, lp in hit.outputs[0].logprobs[0].items()}
         top_miss = {t: lp.logprob for t, lp in miss.outputs[0].logprobs[0].items()}
@@ -289,7 +295,7 @@ def test_choice_scores_match_hf_and_read_the_cached_prefix(pair, monkeypatch):
         assert max(range(len(mine)), key=lambda i: mine[i][0]) == max(
             range(len(reference)), key=lambda i: reference[i][0]
         )
-    block = vllm.llm.llm_engine.vllm_config.cache_config.block_size
+    block = _prefix_block(vllm)
     assert min(vllm.last_cached_tokens) >= len(prefix) // block * block > 0  # every request read the prefix
     naive = list(vllm.score_choices(prefix, queries, choices, reuse=False))
     assert max(vllm.last_cached_tokens) == 0

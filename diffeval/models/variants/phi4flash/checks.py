@@ -26,7 +26,7 @@ def check_phi4flash_config(spec: ModelSpec, config, given: set[str]) -> None:
             )
     rank = config.mamba_dt_rank
     if isinstance(rank, str) and rank != "auto":
-        raise InputError(f"model {spec.name}: mamba_dt_rank is {rank!r}: give a number or \"auto\"")
+        raise InputError(f'model {spec.name}: mamba_dt_rank is {rank!r}: give a number or "auto"')
     unknown = sorted({kind for kind in config.layer_types or () if kind not in LAYER_TYPES})
     if unknown:
         raise InputError(

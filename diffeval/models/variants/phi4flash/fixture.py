@@ -1,7 +1,8 @@
-"""Phi-4-mini-flash's parity checkpoints (the record's `fixture`): the SambaY layer rule at two depths, so that the
-memory layer (L/2), the KV layer (L/2 + 1) and the cross-decoder all move (8 layers: memory 4, KV 5, cross 6–7;
-12 layers: memory 6, KV 7, cross 8–11). head_dim 32 (vLLM's CPU attention), 4 query heads over 2 KV heads, a sliding
-window of 8 tokens (shorter than the test prompts, so that ignoring it shows), every weight random."""
+"""Phi-4-mini-flash's parity checkpoints (the record's `fixture`), and a Phi-4-mini baseline beside them (the public
+pair's layout in small). The fixture is the SambaY layer rule at two depths, so that the memory layer (L/2), the KV
+layer (L/2 + 1) and the cross-decoder all move (8 layers: memory 4, KV 5, cross 6–7; 12 layers: memory 6, KV 7,
+cross 8–11). head_dim 32 (vLLM's CPU attention), 4 query heads over 2 KV heads, a sliding window of 8 tokens (shorter
+than the test prompts, so that ignoring it shows), every weight random."""
 
 from __future__ import annotations
 
@@ -45,5 +46,24 @@ def build_phi4flash(tokenizer_dir: str | Path, out_dir: str | Path, seed: int = 
             elif name.endswith("A_log"):
                 parameter.add_(spread * torch.randn_like(parameter))
     model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return Path(out_dir)
+
+
+def build_phi4_mini(tokenizer_dir: str | Path, out_dir: str | Path, seed: int = 13, **keys) -> Path:
+    """The pair's baseline for tests: a random Phi-4-mini layout (transformers' Phi3ForCausalLM: RoPE, fused qkv and
+    gate-up projections, RMSNorm), of the fixture's width and heads, 4 layers, around the same tokenizer."""
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    torch.manual_seed(seed)
+    config = Phi3Config(
+        **{"vocab_size": len(tokenizer), "hidden_size": COMMON["hidden_size"], "num_hidden_layers": 4,
+           "intermediate_size": COMMON["intermediate_size"], "num_attention_heads": COMMON["num_attention_heads"],
+           "num_key_value_heads": COMMON["num_key_value_heads"], "max_position_embeddings": 65536,
+           "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+           "pad_token_id": tokenizer.pad_token_id, "tie_word_embeddings": True, "initializer_range": 0.1, **keys}
+    )  # fmt: skip
+    Phi3ForCausalLM(config).save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return Path(out_dir)

@@ -94,8 +94,12 @@ class Phi4FlashAttention(nn.Module):
         self.attn = nn.ModuleDict(
             {
                 name: Attention(
-                    self.num_heads // 2, self.head_dim, self.head_dim**-0.5, num_kv_heads=self.num_kv_heads // 2,
-                    cache_config=cache_config, per_layer_sliding_window=record.windows(config)[layer_idx],
+                    self.num_heads // 2,
+                    self.head_dim,
+                    self.head_dim**-0.5,
+                    num_kv_heads=self.num_kv_heads // 2,
+                    cache_config=cache_config,
+                    per_layer_sliding_window=record.windows(config)[layer_idx],
                     prefix=f"{prefix}.attn.{name}",
                     kv_sharing_target_layer_name=f"{shared}.{name}" if shared else None,
                 )  # fmt: skip
@@ -161,7 +165,9 @@ class Phi4FlashMamba(MambaMixer):
 
     def _ssm_inputs(self, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Δ before its bias (the scan adds it), B and C, per token: u (tokens, d_inner)."""
-        dt, B, C = self.x_proj(u.contiguous())[0].split([self.time_step_rank, self.ssm_state_size, self.ssm_state_size], dim=-1)
+        dt, B, C = self.x_proj(u.contiguous())[0].split(
+            [self.time_step_rank, self.ssm_state_size, self.ssm_state_size], dim=-1
+        )
         return self.dt_proj(dt)[0], B, C
 
     def _scan_in_torch(self, x: torch.Tensor, gate: torch.Tensor | None, metadata: Any, y: torch.Tensor) -> None:
