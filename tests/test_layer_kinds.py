@@ -26,6 +26,7 @@ from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.engines.hf import HFBackend
 from diffeval.models.layer_kinds import (
     analysed_layers,
+    analysis_layers,
     format_layers,
     layer_runs,
     sequence_cache_bytes,
@@ -48,6 +49,16 @@ MAMBA = "state-space mixer"  # how a Mamba layer describes itself in records, no
 
 def _described(config) -> list[str]:
     return [layer.describe() for layer in layers_of(config)]
+
+
+def test_the_analyses_read_whole_context_layers_unless_every_layer_slides():
+    """A model with sliding and full layers (Phi-4-mini-flash) is read at its full ones, a cross layer included; one
+    whose every attending layer slides (a Mistral) at all of them."""
+    sliding, full = Layer(DIFF_ATTENTION, window=8), Layer(DIFF_ATTENTION)
+    cross, mamba = Layer(DIFF_ATTENTION, kv_from=3), Layer(STATE_SPACE, state_elements=10)
+    assert analysis_layers([mamba, sliding, mamba, full, Layer(GATED_MEMORY, memory_from=2), cross]) == [3, 5]
+    assert analysis_layers([Layer(ATTENTION, window=4096)] * 3) == [0, 1, 2]
+    assert analysis_layers([mamba, Layer(ATTENTION)]) == [1]
 
 
 def test_every_variant_describes_its_layers():
