@@ -388,7 +388,7 @@ def models_inspect(
         ("KV heads", info.kv_heads),
         ("head dim", info.head_dim),
         ("max positions", info.max_positions),
-        ("RoPE base", info.rope_theta),
+        ("RoPE base", info.rope_theta if info.rope_theta is not None else "none"),
         ("parameters", f"{info.parameters:,}"),
         *([("GGUF file", info.gguf["file"]), ("quantization", info.gguf["quantization"])] if info.gguf else []),
     ):

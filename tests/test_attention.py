@@ -118,7 +118,7 @@ def test_needle_span_widens_the_answer():
 @pytest.mark.transformers_floor
 def test_unsupported_architecture_is_named(tmp_path):
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50))
-    supported = "diffllama, diffllama2, Motif, motif, llama, mistral, qwen2, jamba"
+    supported = "diffllama, diffllama2, Motif, motif, phi4flash, llama, mistral, qwen2, jamba"
     with pytest.raises(InputError, match=f"supports {supported} models, not 'gpt2'"):
         with capturing(model, [0], [0], 1):
             pass

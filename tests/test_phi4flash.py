@@ -152,17 +152,27 @@ def test_quantized_logits_and_logit_statistics_cover_every_diff_layer(flash):
     assert sorted(stats) == [1, 3, 5, 7]  # sliding, full and cross DIFF layers; no Mamba or gated memory layer
 
 
-def test_inspect_shows_the_layer_pattern_and_lambda_of_each_diff_layer(flash, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")  # one table row per line
+def test_inspect_shows_the_layer_pattern_and_lambda_of_each_diff_layer(flash):
+    """`models inspect` prints the runs of `layer_runs` (its pattern table) and λ_init and λ of each DIFF layer."""
+    from diffeval.models.layer_kinds import cache_text, kinds, layer_runs
+
+    info = load_model(ModelSpec("f", str(flash["8-layers"])), "cpu", "float32").info
+    runs = [(span, layer.describe(), cache_text(layer)) for span, layer in layer_runs(kinds(info))]
+    assert runs[1:] == [
+        ("layer 1", "DIFF attention (V1), sliding 8", "2 K,V sets per token"),
+        ("layer 2", "state-space mixer", runs[0][2]),
+        ("layer 3", "DIFF attention (V1), sliding 8", "2 K,V sets per token"),
+        ("layer 4", "state-space mixer", runs[0][2]),
+        ("layer 5", "DIFF attention (V1), full", "2 K,V sets per token"),
+        ("layer 6", "gated memory, gates layer 4's output", "none"),
+        ("layer 7", "DIFF attention (V1), full, reuses layer 5's KV", "none: reads layer 5's"),
+    ]
+    assert runs[0][:2] == ("layer 0", "state-space mixer") and runs[0][2].startswith("state: ")
+    assert [row["layer"] for row in info.lambdas] == [1, 3, 5, 7]
     result = run_cli_in_process("models", "inspect", str(flash["8-layers"]))
     assert result.returncode == 0, result.stderr
-    out = " ".join(result.stdout.split())
-    for shown in ("DIFF attention (V1), sliding 8", "DIFF attention (V1), full, reuses layer 5's KV",
-                  "gated memory, gates layer 4's output", "state-space mixer", "none: reads layer 5's"):  # fmt: skip
-        assert shown in out
     cells = [line.split("│")[1].strip() for line in result.stdout.splitlines() if line.count("│") == 4]
-    lambda_rows = [cell for cell in cells if cell.isdigit()]
-    assert lambda_rows == ["1", "3", "5", "7"]  # λ_init and λ of each DIFF layer
+    assert [cell for cell in cells if cell.isdigit()] == ["1", "3", "5", "7"]  # the λ table's rows
 
 
 def _copy(source: Path, folder: Path, tensors=None, config=None) -> Path:

@@ -114,6 +114,7 @@ def test_configs_map_to_their_variant(tiny_models):
         "DiffLlamaForCausalLM": "diffeval.models.variants.diffllama.vllm:DiffLlamaForCausalLM",
         "DiffLlama2ForCausalLM": "diffeval.models.variants.diffllama2.vllm:DiffLlama2ForCausalLM",
         "MotifForCausalLM": "diffeval.models.variants.motif.vllm:MotifForCausalLM",
+        "Phi4FlashForCausalLM": "diffeval.models.variants.phi4flash.vllm:Phi4FlashForCausalLM",
     }
 
 

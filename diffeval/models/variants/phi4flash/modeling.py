@@ -69,7 +69,6 @@ class Phi4FlashConfig(PreTrainedConfig):
     layer_norm_eps: float = 1e-5
     use_cache: bool = True
     tie_word_embeddings: bool = True
-    rope_theta: float | int = 10000.0  # carried by the published config; SambaY's attention has no RoPE
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
     pad_token_id: int | None = None
@@ -85,12 +84,13 @@ class Phi4FlashConfig(PreTrainedConfig):
     mamba_proj_bias: bool = False
 
     def __post_init__(self, **kwargs):
+        kwargs.pop("rope_theta", None)  # the published config carries one; SambaY's attention has no RoPE
         if self.num_key_value_heads is None:
             self.num_key_value_heads = self.num_attention_heads
         super().__post_init__(**kwargs)
 
     def validate_architecture(self):
-        layers, heads, kv_heads = self.num_hidden_layers, self.num_attention_heads, self.num_key_value_heads
+        layers, heads, kv_heads = self.num_hidden_layers, self.num_attention_heads, self.kv_heads
         if self.hidden_size % heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads {heads}")
         if heads % 2 or kv_heads % 2 or heads % kv_heads:
@@ -121,6 +121,11 @@ class Phi4FlashConfig(PreTrainedConfig):
     @property
     def head_dim(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """N_kv (`__post_init__` fills an unset num_key_value_heads in with num_attention_heads)."""
+        return self.num_key_value_heads or self.num_attention_heads
 
 
 class Phi4FlashCache:
@@ -262,7 +267,7 @@ class Phi4FlashAttention(nn.Module):
         self.attention_dropout = config.attention_dropout
         self.sliding_window = record.windows(config)[layer_idx]
         self.cross = layer_idx > record.kv_layer(config)
-        heads, kv = config.num_attention_heads * self.head_dim, config.num_key_value_heads * self.head_dim
+        heads, kv = config.num_attention_heads * self.head_dim, config.kv_heads * self.head_dim
         self.Wqkv = nn.Linear(config.hidden_size, heads if self.cross else heads + 2 * kv, bias=True)
         self.out_proj = nn.Linear(heads, config.hidden_size, bias=True)
         self.inner_cross_attn = Phi4FlashDifferential(self.head_dim, layer_idx)
@@ -494,7 +499,8 @@ class Phi4FlashModel(Phi4FlashPreTrainedModel):
             hidden = layer(hidden, carried, masks, cache, new_padding, **kwargs)
         if cache is not None:
             cache.length, cache.pending = past + new, 0
-        return BaseModelOutputWithPast(last_hidden_state=self.final_layernorm(hidden), **{CACHE_FIELD: cache})
+        with_cache: dict[str, Any] = {CACHE_FIELD: cache}
+        return BaseModelOutputWithPast(last_hidden_state=self.final_layernorm(hidden), **with_cache)
 
 
 class Phi4FlashForCausalLM(Phi4FlashPreTrainedModel, GenerationMixin):
