@@ -310,3 +310,16 @@ def test_the_tiny_pair_runs_the_needle_and_pairs_diff_against_its_baseline(flash
     assert not models["mini"]["is_diff"]
     paired = pd.read_csv(out / "paired.csv")
     assert set(zip(paired["diff"], paired["baseline"])) == {("flash", "mini")} and (paired["n"] == 4).all()
+
+
+def test_outliers_read_every_diff_layer_and_every_hidden_state(flash, tmp_path):
+    result = run_cli_in_process("run", "outliers", "-m", f"flash={flash['8-layers']}", "--ctx", "512", "--limit", "1",
+                                "--out", str(tmp_path / "run"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    record = json.loads((tmp_path / "run" / "samples.jsonl").read_text().splitlines()[0])
+    assert sorted(record["attention_logits"], key=int) == ["1", "3", "5", "7"]  # sliding, full and cross DIFF layers
+    assert len(record["hidden_states"]) == 8
+    assert record["skipped_layers"] == {
+        "0": "state-space mixer", "2": "state-space mixer", "4": "state-space mixer",
+        "6": "gated memory, gates layer 4's output",
+    }  # fmt: skip

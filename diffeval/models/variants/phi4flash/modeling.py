@@ -473,8 +473,11 @@ class Phi4FlashModel(Phi4FlashPreTrainedModel):
         past_key_values: Phi4FlashCache | None = None,
         position_ids=None,
         cache_position=None,
+        output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
+        """`output_hidden_states`: the embeddings and each decoder layer's output (before the final norm), as
+        transformers' models give them."""
         cache = cache if cache is not None else past_key_values
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
@@ -495,12 +498,14 @@ class Phi4FlashModel(Phi4FlashPreTrainedModel):
             cache.pending = new
         carried: dict[str, Any] = {}
         hidden = inputs_embeds
+        states = [hidden]
         for layer in self.layers:
             hidden = layer(hidden, carried, masks, cache, new_padding, **kwargs)
+            states.append(hidden)
         if cache is not None:
             cache.length, cache.pending = past + new, 0
-        with_cache: dict[str, Any] = {CACHE_FIELD: cache}
-        return BaseModelOutputWithPast(last_hidden_state=self.final_layernorm(hidden), **with_cache)
+        outputs: dict[str, Any] = {CACHE_FIELD: cache, "hidden_states": tuple(states) if output_hidden_states else None}
+        return BaseModelOutputWithPast(last_hidden_state=self.final_layernorm(hidden), **outputs)
 
 
 class Phi4FlashForCausalLM(Phi4FlashPreTrainedModel, GenerationMixin):
