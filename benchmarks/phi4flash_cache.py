@@ -7,8 +7,8 @@ the sources quote, docs/engines/phi4flash-sources.md, and Phi-4-mini's model car
 - hf: each attention layer with its own KV keeps K and V of N_kv heads (a sliding layer its last w − 1 tokens), a
   cross-decoder layer none; each Mamba layer its convolution inputs (d_conv − 1 per channel, bf16) and its SSM state
   (d_state per channel, fp32, as `Phi4FlashCache` holds it);
-- vLLM: a DIFF layer keeps two K,V sets (diffeval's four attentions over N_kv/2 heads each), a sliding layer about w
-  tokens of them, a cross layer none, a Mamba layer its state in the model's dtype.
+- vLLM: a DIFF layer keeps two K,V sets (diffeval's two attentions of N_kv heads, one per value half), a sliding
+  layer about w tokens of them, a cross layer none, a Mamba layer its state in the model's dtype.
 
 Part 2, measured: the tensors `Phi4FlashCache` and transformers' cache hold after one prompt on the tiny pair of the
 tests (fixture shapes), against what part 1's rule gives for those configs, so the rule is the code's.

@@ -106,8 +106,11 @@ def layer_plan(config: dict) -> list[str]:
     for i in range(num_layers):
         use_mamba = mb > 0 and i % mb == 0
         if i < half:
-            role = "mamba" if use_mamba else (
-                "sliding_diff_attention" if _sliding_window(config, i) is not None else "full_diff_attention")
+            role = (
+                "mamba"
+                if use_mamba
+                else ("sliding_diff_attention" if _sliding_window(config, i) is not None else "full_diff_attention")
+            )
         elif i == half:
             role = "memory_mamba" if use_mamba else "full_diff_attention"
         elif i == half + 1:
@@ -268,7 +271,8 @@ def write_checkpoint(
             dt = torch.exp(uniform(d_inner, low=math.log(0.01), high=math.log(0.5)))
             w[a + "dt_proj.bias"] = dt + torch.log(-torch.expm1(-dt))
             w[a + "A_log"] = torch.log(torch.arange(1, d_state + 1, dtype=torch.float64)).expand(
-                d_inner, d_state) + normal(d_inner, d_state, std=0.2)
+                d_inner, d_state
+            ) + normal(d_inner, d_state, std=0.2)
             w[a + "D"] = normal(d_inner, std=0.3, mean=1.0)
             w[a + "out_proj.weight"] = linear(h, d_inner)
         elif role == "gmu":
@@ -286,8 +290,11 @@ def write_checkpoint(
     w["model.final_layernorm.weight"] = normal(h, std=0.1, mean=1.0)
     w["model.final_layernorm.bias"] = normal(h, std=0.1)
 
-    save_file({k: v.to(weight_dtype).contiguous() for k, v in w.items()}, str(out / "model.safetensors"),
-              metadata={"format": "pt"})
+    save_file(
+        {k: v.to(weight_dtype).contiguous() for k, v in w.items()},
+        str(out / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
     (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return out
 
@@ -375,8 +382,9 @@ def _mamba(x: torch.Tensor, w: dict, a: str, config: dict) -> tuple[torch.Tensor
     return out, y
 
 
-def _diff_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: dict, a: str, *, depth: int,
-                    window: int | None) -> torch.Tensor:
+def _diff_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: dict, a: str, *, depth: int, window: int | None
+) -> torch.Tensor:
     """Differential attention of one sequence, explicit per head pair.
 
     q [T, Hq, D], k and v [S, Hkv, D] (S == T: the same positions). Query heads 2j, 2j+1 are q1, q2 of pair j; KV
@@ -392,8 +400,11 @@ def _diff_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: dict, 
     scale = head_dim**-0.5
     lam_init = _lambda_init(depth)
     c = a + "inner_cross_attn."
-    lam = (torch.exp((w[c + "lambda_q1"] * w[c + "lambda_k1"]).sum()) - torch.exp(
-        (w[c + "lambda_q2"] * w[c + "lambda_k2"]).sum()) + lam_init)
+    lam = (
+        torch.exp((w[c + "lambda_q1"] * w[c + "lambda_k1"]).sum())
+        - torch.exp((w[c + "lambda_q2"] * w[c + "lambda_k2"]).sum())
+        + lam_init
+    )
     allowed = torch.zeros(seq, seq, dtype=torch.bool)
     for t in range(seq):
         for s in range(t + 1):
@@ -413,8 +424,15 @@ def _diff_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: dict, 
     return out.reshape(seq, heads * head_dim)
 
 
-def _forward(config: dict, w: dict, ids: list[int], *, kv_source_layer: int | None, lambda_init_offset: int,
-             ignore_sliding_window: bool) -> torch.Tensor:
+def _forward(
+    config: dict,
+    w: dict,
+    ids: list[int],
+    *,
+    kv_source_layer: int | None,
+    lambda_init_offset: int,
+    ignore_sliding_window: bool,
+) -> torch.Tensor:
     roles = layer_plan(config)
     num_layers = config["num_hidden_layers"]
     hidden = config["hidden_size"]
@@ -493,9 +511,17 @@ def reference_logits(
     if len({len(r) for r in rows}) > 1:
         raise ValueError("rows of different lengths: run them one by one")
     with torch.no_grad():
-        out = [_forward(config, weights, [int(t) for t in r], kv_source_layer=kv_source_layer,
-                        lambda_init_offset=lambda_init_offset, ignore_sliding_window=ignore_sliding_window)
-               for r in rows]
+        out = [
+            _forward(
+                config,
+                weights,
+                [int(t) for t in r],
+                kv_source_layer=kv_source_layer,
+                lambda_init_offset=lambda_init_offset,
+                ignore_sliding_window=ignore_sliding_window,
+            )
+            for r in rows
+        ]
     return torch.stack(out)
 
 
@@ -507,7 +533,8 @@ def reference_greedy(checkpoint_dir: Path | str, input_ids: list[int], new_token
     chosen: list[int] = []
     with torch.no_grad():
         for _ in range(new_tokens):
-            logits = _forward(config, weights, ids + chosen, kv_source_layer=None, lambda_init_offset=0,
-                              ignore_sliding_window=False)
+            logits = _forward(
+                config, weights, ids + chosen, kv_source_layer=None, lambda_init_offset=0, ignore_sliding_window=False
+            )
             chosen.append(int(torch.argmax(logits[-1])))
     return chosen

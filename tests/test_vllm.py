@@ -10,6 +10,7 @@ Engines run in-process and are shared by the tests of one module-scoped model. S
 """
 
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -153,12 +154,6 @@ def test_a_rope_that_depends_on_the_positions_is_refused_past_them():
         _rope_table_override(yarn, info, 4096)
 
 
-def _prefix_block(vllm) -> int:
-    """The tokens a prefix-cache hit comes in: the scheduler's block, which every cache group's block divides (a
-    hybrid's attention blocks can be a multiple of cache_config.block_size, which its Mamba state sets)."""
-    return vllm.llm.llm_engine.engine_core.engine_core.scheduler.block_size
-
-
 def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
     _, vllm = pair
     prefix = noise_ids(vllm, 1500)
@@ -169,7 +164,7 @@ def test_a_prefix_cache_hit_gives_the_cold_logprobs(pair):
     for prompt in prompts:
         [hit] = vllm.llm.generate([prompt], warm, use_tqdm=False)
         [miss] = vllm.llm.generate([prompt], cold, use_tqdm=False)
-        block = _prefix_block(vllm)
+        block = vllm.llm.llm_engine.vllm_config.cache_config.block_size
         assert hit.num_cached_tokens == len(prefix) // block * block and not miss.num_cached_tokens
         top_hit = {t: lp.logprob for t, lp in hit.outputs[0].logprobs[0].items()}
         top_miss = {t: lp.logprob for t, lp in miss.outputs[0].logprobs[0].items()}
@@ -198,7 +193,14 @@ def test_a_chunked_prefill_gives_the_one_piece_logprobs(pair):
         done.update({output.request_id: output for output in engine.step() if output.finished})
         if first_chunk is None:
             first_chunk = scheduler.requests[behind].num_computed_tokens
-    assert first_chunk == 700  # two chunks: 700 tokens, then the other 1,300
+    layers = registry.layers_of(engine.vllm_config.model_config.hf_config)
+    if any(layer.state_elements for layer in layers):
+        # vLLM caches a Mamba state at block ends only ('align' mode): a chunk that stops inside a prompt, the one
+        # ahead's too, stops at one
+        aligned = engine.vllm_config.cache_config.mamba_block_size
+        assert 0 < first_chunk < len(ids) and first_chunk % aligned == 0
+    else:
+        assert first_chunk == 700  # two chunks: 700 tokens, then the other 1,300
     chunked = done["behind"]
     ours = torch.tensor([chunked.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))])
     theirs = torch.tensor([one_piece.prompt_logprobs[i][ids[i]].logprob for i in range(1, len(ids))])
@@ -223,9 +225,12 @@ def _model_runner(vllm):
 
 def test_the_planned_kv_cache_is_what_the_layers_record_keeps(pair):
     """diffeval plans vLLM's KV cache on CPU from the model's per-layer kinds (`registry.layers_of`, each layer's
-    `cached_kv` K and V sets of the KV heads): the attention layers the engine built keep exactly that per token, and
+    `cached_kv` K and V sets of the KV heads and `state_elements`): the attention layers the engine built keep exactly
+    that per token (a layer that reads another's KV keeps none), its Mamba layers exactly that state per sequence, and
     the cache diffeval asked for holds the run (a full batch of max-length sequences). A record that undercounts a
     variant's cache fails here."""
+    from vllm.v1.kv_cache_interface import MambaSpec
+
     from diffeval.models.engines.vllm import _kv_cache_bytes
 
     _, vllm = pair
@@ -233,10 +238,15 @@ def test_the_planned_kv_cache_is_what_the_layers_record_keeps(pair):
     layers = registry.layers_of(config.model_config.hf_config)
     assert [Layer(**kind) for kind in vllm.info.layer_kinds] == list(layers)
     specs = _model_runner(vllm).get_kv_cache_spec()
-    block = next(iter(specs.values())).block_size
-    per_token = sum(spec.page_size_bytes for spec in specs.values()) // block
+    states = [spec for spec in specs.values() if isinstance(spec, MambaSpec)]
+    kv = [spec for spec in specs.values() if not isinstance(spec, MambaSpec)]
+    per_token = sum(spec.page_size_bytes // spec.block_size for spec in kv)
     kv_sets = sum(layer.cached_kv for layer in layers)
     assert per_token == kv_sets * 2 * vllm.info.kv_heads * vllm.info.head_dim * 4  # K and V, fp32
+    # a Mamba state's page is padded to the attention page: its own bytes are those of its shapes
+    state_bytes = sum(math.prod(shape) * 4 for spec in states for shape in spec.shapes)
+    assert all(dtype == torch.float32 for spec in states for dtype in spec.dtypes)
+    assert state_bytes == sum(layer.state_elements for layer in layers) * 4
     cache = config.cache_config
     assert cache.kv_cache_memory_bytes == _kv_cache_bytes(SETTINGS, vllm.info, "float32", "cpu")
     assert cache.kv_cache_memory_bytes // per_token >= SETTINGS.batch_size * SETTINGS.max_model_len
@@ -295,7 +305,7 @@ def test_choice_scores_match_hf_and_read_the_cached_prefix(pair, monkeypatch):
         assert max(range(len(mine)), key=lambda i: mine[i][0]) == max(
             range(len(reference)), key=lambda i: reference[i][0]
         )
-    block = _prefix_block(vllm)
+    block = vllm.llm.llm_engine.vllm_config.cache_config.block_size
     assert min(vllm.last_cached_tokens) >= len(prefix) // block * block > 0  # every request read the prefix
     naive = list(vllm.score_choices(prefix, queries, choices, reuse=False))
     assert max(vllm.last_cached_tokens) == 0

