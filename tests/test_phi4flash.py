@@ -64,6 +64,16 @@ def test_the_layer_rule_is_read_from_the_config(layers, pattern):
     assert kinds[shared].window is None and kinds[shared].kv_from is None
 
 
+def test_no_layer_from_the_kv_layer_on_slides_whatever_the_config_says():
+    """Every source turns the window off from layer L/2 on: a per-layer list or `layer_types` that puts one there
+    leaves the KV layer (whose cache the cross-decoder reads) and the cross-decoder full."""
+    kinds = ["full_attention", "sliding_attention"] * 4
+    for keys in ({"sliding_window": [None, 16] * 4}, {"sliding_window": 16, "layer_types": kinds}):
+        config = Phi4FlashConfig(num_hidden_layers=8, hidden_size=128, num_attention_heads=4, num_key_value_heads=2,
+                                 **keys)  # fmt: skip
+        assert [layer.window for layer in registry.layers_of(config)] == [None, 16, None, 16] + [None] * 4
+
+
 def test_a_per_layer_sliding_window_list_and_layer_types_are_read():
     """What the remote configuration class saves (a list of windows) and a `layer_types` list both say which layers
     slide."""
@@ -210,7 +220,8 @@ def _shrink(name: str):
 @pytest.mark.parametrize(
     ("config", "tensors", "expected"),
     [
-        ({"num_hidden_layers": 6}, None, "gives no SambaY layer pattern: layer 3 (L/2) must be a Mamba layer"),
+        ({"num_hidden_layers": 6}, None, "num_hidden_layers 6 with mb_per_layer 2 gives no SambaY layer pattern"),
+        ({"mb_per_layer": 4}, None, "it needs mb_per_layer 2 and a multiple of 4 layers"),
         ({"mb_per_layer": 0}, None, "gives no SambaY layer pattern"),
         ({"sliding_window": 0}, None, "sliding_window 0: a window holds at least one token"),
         ({"num_key_value_heads": 1}, None, "must be even"),
@@ -323,3 +334,23 @@ def test_outliers_read_every_diff_layer_and_every_hidden_state(flash, tmp_path):
         "0": "state-space mixer", "2": "state-space mixer", "4": "state-space mixer",
         "6": "gated memory, gates layer 4's output",
     }  # fmt: skip
+
+
+def test_the_cache_keyword_follows_the_forward_and_transformers_for_a_model_taking_both():
+    """A remote model's forward that takes only `past_key_values` gets it on every transformers; one that takes both
+    (diffeval's Phi-4-mini-flash) gets the name transformers' outputs use."""
+    import dataclasses
+
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    from diffeval.models.engines.hf import cache_keyword
+
+    def older(input_ids=None, past_key_values=None): ...
+
+    def newer(input_ids=None, cache=None): ...
+
+    def both(input_ids=None, cache=None, past_key_values=None): ...
+
+    assert cache_keyword(older) == "past_key_values" and cache_keyword(newer) == "cache"
+    outputs = {field.name for field in dataclasses.fields(CausalLMOutputWithPast)}
+    assert cache_keyword(both) == ("cache" if "cache" in outputs else "past_key_values")

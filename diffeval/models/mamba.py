@@ -9,8 +9,9 @@ kernel rejects Mamba-1's state, and transformers' own Mamba kernels need a GPU.
 The scan runs in chunks of about √T tokens: a first pass over the chunks' positions, all chunks at once, gives each
 chunk's own final state and its decay; a pass over the chunks carries the state from one chunk to the next; a second
 pass over the positions runs the recurrence from each chunk's true initial state. That is 2·√T + √T vectorised steps
-instead of T, linear work, the same multiply-adds in the same order as a sequential scan (no exp of a positive sum, so
-no overflow), and memory of one state per chunk, never one per token.
+instead of T, linear work, within a chunk the multiply-adds of a sequential scan (its carry, exp(ΣΔ·A) ⊙ h + the
+chunk's own state, rounds differently: equal to a sequential float64 scan up to rounding), no exp of a positive sum
+(no overflow), and memory of one state per chunk, never one per token.
 """
 
 from __future__ import annotations

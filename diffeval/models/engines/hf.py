@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import gc
+import inspect
 import time
 from typing import ClassVar
 
@@ -49,10 +50,7 @@ class HFBackend:
         self.device = self.model.device
         eos = self.model.generation_config.eos_token_id  # load_model sets every stop id there
         self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
-        # transformers 5.24 names the KV cache `cache` (keyword and output field); 5.19-5.23 name it `past_key_values`
-        # (a model of diffeval's own takes both keywords: the output's field says which this transformers uses)
-        fields = {field.name for field in dataclasses.fields(CausalLMOutputWithPast)}
-        self._cache = "cache" if "cache" in fields else "past_key_values"
+        self._cache = cache_keyword(self.model.forward)
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
@@ -212,6 +210,16 @@ def check_plain_head(config, model: str) -> None:
             raise InputError(f"model {model} transforms its logits ({name}): nll on hf supports plain LM heads only")
 
 
+def cache_keyword(forward) -> str:
+    """The keyword (and output field) a model's forward takes its KV cache by: transformers 5.24 names it `cache`,
+    5.19-5.23 `past_key_values`. The forward's signature says which it takes (a checkpoint's remote code may be older
+    than transformers); one that takes both (diffeval's Phi-4-mini-flash) answers in transformers' output field."""
+    parameters = inspect.signature(forward).parameters
+    outputs = {field.name for field in dataclasses.fields(CausalLMOutputWithPast)}
+    takes_cache = "cache" in parameters and ("past_key_values" not in parameters or "cache" in outputs)
+    return "cache" if takes_cache else "past_key_values"
+
+
 def forward_groups(lengths: list[int], max_tokens: int) -> list[list[int]]:
     """Indices of the prompts that share one forward pass, in order: a group grows while its padded size (members ×
     longest) stays within `max_tokens`; a prompt longer than that runs alone."""
@@ -228,8 +236,8 @@ def forward_groups(lengths: list[int], max_tokens: int) -> list[list[int]]:
 
 
 def _mark(cache):
-    """A point `_rewind` can bring the cache back to: its length, or a snapshot where a cache cannot be cropped (a
-    Mamba state holds no earlier positions; Phi-4-mini-flash's cache snapshots its states and sliding windows)."""
+    """A point `_rewind` can bring the cache back to: a snapshot where the cache offers one (Phi-4-mini-flash's, whose
+    Mamba states and sliding windows hold no earlier positions to crop back to), else its length."""
     return cache.snapshot() if hasattr(cache, "snapshot") else cache.get_seq_length()
 
 

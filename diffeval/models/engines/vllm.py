@@ -37,7 +37,7 @@ from diffeval.models.layer_kinds import kinds, sequence_cache_bytes
 from diffeval.models.spec import ModelInfo, ModelSpec
 from diffeval.models.tokenizer import HFTokenizer, cut_at_stop, tokens_through_stop
 from diffeval.models.variants.base import ATTENTION, Layer
-from diffeval.models.variants.registry import vllm_architectures
+from diffeval.models.variants.registry import by_name, vllm_architectures
 
 os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # before vllm is imported: the engine runs in-process
 # diffeval draws its own progress and reports errors in one line; vLLM's notices (allocator hints, kernels it skips on
@@ -120,7 +120,7 @@ class VLLMBackend:
                 gpu_memory_utilization=options.gpu_memory_utilization,
                 # on CPU vLLM's graph compilation adds ~13 s to every engine start (toy model, 2 cores) and saves
                 # little decode time; CUDA graphs are a GPU matter
-                enforce_eager=options.enforce_eager or device == "cpu",
+                enforce_eager=options.enforce_eager or device == "cpu" or _eager_variant(info),
                 max_model_len=max_len,
                 max_num_seqs=settings.batch_size,
                 enable_prefix_caching=True,
@@ -267,6 +267,12 @@ def _trie(choices: list[list[int]]) -> dict[tuple[int, ...], list[int]]:
 
 # RoPE kinds whose angles do not depend on max_position_embeddings: in vLLM that field only sizes their cos/sin table
 TABLE_ONLY_ROPE = ("default", "linear", "llama3")
+
+
+def _eager_variant(info: ModelInfo) -> bool:
+    """A DIFF variant whose vLLM model has not run under CUDA graphs runs eager (Variant.vllm_eager)."""
+    variant = by_name(info.diff_variant)
+    return variant is not None and variant.vllm_eager
 
 
 def _rope_table_override(config, info: ModelInfo, longest: int) -> dict:

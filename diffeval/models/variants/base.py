@@ -80,6 +80,7 @@ class Variant:
     fixture: str | None = None
     fixture_shapes: tuple[str, ...] = ()
     vllm_model: str | None = None  # "module:Class" diffeval's vLLM plugin registers for `architectures[0]`
+    vllm_eager: bool = False  # its vLLM model runs without CUDA graphs: it has not run under them on a GPU
     register_hf: str | None = None  # "module:function" teaching transformers' Auto classes the architecture
     check_folder: str | None = None  # "module:function(spec)": refuse, before the config is read, a layout never run
     # "module:function(spec, config, given)": config keys that must hold honourable values (`given`: the keys

@@ -38,6 +38,7 @@ from transformers.models.llama.modeling_llama import eager_attention_forward
 
 from diffeval.models.diff import differential_heads, lambda_full, lambda_init, learned_lambda, motif_maps
 from diffeval.models.mamba import causal_conv1d, selective_scan, selective_state_update
+from diffeval.models.variants.base import GATED_MEMORY, STATE_SPACE
 from diffeval.models.variants.phi4flash import record
 from diffeval.models.variants.phi4flash.record import PHI4FLASH
 
@@ -52,7 +53,6 @@ class Phi4FlashConfig(PreTrainedConfig):
     """The keys of the published config, with the remote configuration class's defaults for those it leaves out."""
 
     model_type = MODEL_TYPE
-    keys_to_ignore_at_inference = ["past_key_values"]
 
     vocab_size: int = 51200
     hidden_size: int = 2560
@@ -98,17 +98,13 @@ class Phi4FlashConfig(PreTrainedConfig):
                 f"Phi-4-mini-flash pairs adjacent heads: num_attention_heads ({heads}) and num_key_value_heads "
                 f"({kv_heads}) must be even, the first a multiple of the second"
             )
-        memory, shared = record.memory_layer(self), record.kv_layer(self)
-        if (
-            self.mb_per_layer < 1
-            or shared >= layers
-            or not record.is_mamba(self, memory)
-            or record.is_mamba(self, shared)
-        ):
+        if self.mb_per_layer != 2 or layers % 4:
+            # the layout the sources agree on (the remote code, PaddleFormers and ArchScale assert L % 4 == 0, mobius
+            # refuses another mb_per_layer): layer L/2 is then a Mamba layer and L/2 + 1 an attention layer
             raise ValueError(
-                f"num_hidden_layers {layers} with mb_per_layer {self.mb_per_layer} gives no SambaY layer pattern: "
-                f"layer {memory} (L/2) must be a Mamba layer (index % mb_per_layer == 0) and layer {shared} "
-                "(L/2 + 1) an attention layer; Phi-4-mini-flash has 32 layers and mb_per_layer 2"
+                f"num_hidden_layers {layers} with mb_per_layer {self.mb_per_layer} gives no SambaY layer pattern "
+                "diffeval computes as the sources do: it needs mb_per_layer 2 and a multiple of 4 layers (layer L/2 "
+                "a Mamba layer, L/2 + 1 an attention layer); Phi-4-mini-flash has 32 layers and mb_per_layer 2"
             )
         widths = self.sliding_window if isinstance(self.sliding_window, list) else [self.sliding_window]
         if isinstance(self.sliding_window, list) and len(widths) != layers:
@@ -148,10 +144,11 @@ class Phi4FlashCache:
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int) -> tuple[torch.Tensor, torch.Tensor, int]:
         """Append one forward's keys and values (B, N_kv, T, d); returns those to attend over and the position of
         the first of them. A sliding layer then keeps only what the next token's window needs."""
+        incoming = key.shape[2]
         if layer_idx in self.keys:
             key = torch.cat([self.keys[layer_idx], key], 2)
             value = torch.cat([self.values[layer_idx], value], 2)
-        start = self.length + self.pending - key.shape[2]
+        start = self.length + incoming - key.shape[2]  # `length` counts the tokens before this forward
         window = self.windows[layer_idx]
         keep = key.shape[2] if window is None else min(key.shape[2], window - 1)
         self.keys[layer_idx], self.values[layer_idx] = (
@@ -160,30 +157,28 @@ class Phi4FlashCache:
         )
         return key, value, start
 
-    pending = 0  # tokens of the forward under way (set by the model, added to `length` when it ends)
-
     def snapshot(self) -> dict[str, Any]:
-        """What `restore` needs to come back here: the length, and copies of what a later forward replaces."""
+        """What `restore` needs to come back here: the length, and what a later forward replaces. A forward replaces
+        a layer's tensors and never writes into them, so holding them is enough."""
         sliding = {i for i, w in enumerate(self.windows) if w is not None}
         return {
             "length": self.length,
-            "keys": {i: k.clone() for i, k in self.keys.items() if i in sliding},
-            "values": {i: v.clone() for i, v in self.values.items() if i in sliding},
-            "conv": {i: c.clone() for i, c in self.conv.items()},
-            "ssm": {i: s.clone() for i, s in self.ssm.items()},
+            "keys": {i: k for i, k in self.keys.items() if i in sliding},
+            "values": {i: v for i, v in self.values.items() if i in sliding},
+            "conv": dict(self.conv),
+            "ssm": dict(self.ssm),
         }
 
     def restore(self, snapshot: dict[str, Any]) -> None:
-        """Back to a snapshot taken on this cache: full layers' keys cut to its length, the rest copied back (the
+        """Back to a snapshot taken on this cache: full layers' keys cut to its length, the rest as they were (the
         snapshot stays usable)."""
         length = snapshot["length"]
         for i in list(self.keys):
             if i in snapshot["keys"]:
-                self.keys[i], self.values[i] = snapshot["keys"][i].clone(), snapshot["values"][i].clone()
+                self.keys[i], self.values[i] = snapshot["keys"][i], snapshot["values"][i]
             else:
                 self.keys[i], self.values[i] = self.keys[i][:, :, :length], self.values[i][:, :, :length]
-        self.conv = {i: c.clone() for i, c in snapshot["conv"].items()}
-        self.ssm = {i: s.clone() for i, s in snapshot["ssm"].items()}
+        self.conv, self.ssm = dict(snapshot["conv"]), dict(snapshot["ssm"])
         self.length = length
 
 
@@ -216,7 +211,7 @@ class Masks:
         keys = torch.arange(start, total, device=self.device)[None, :]
         allowed = keys <= queries
         if window is not None:
-            allowed &= queries - keys < window
+            allowed &= keys > queries - window  # bool (T, K): no integer T×K difference
         allowed = allowed[None, None]
         if self.padding is not None:
             allowed = allowed & self.padding[:, None, None, start:total]
@@ -265,8 +260,9 @@ class Phi4FlashAttention(nn.Module):
         self.is_causal = True
         self.num_key_value_groups = 1  # `motif_maps` hands the interface one key and value head per query head
         self.attention_dropout = config.attention_dropout
-        self.sliding_window = record.windows(config)[layer_idx]
-        self.cross = layer_idx > record.kv_layer(config)
+        kind = record.layers(config)[layer_idx]
+        self.sliding_window = kind.window
+        self.cross = kind.kv_from is not None  # a cross-decoder layer: queries only, over layer L/2 + 1's KV
         heads, kv = config.num_attention_heads * self.head_dim, config.kv_heads * self.head_dim
         self.Wqkv = nn.Linear(config.hidden_size, heads if self.cross else heads + 2 * kv, bias=True)
         self.out_proj = nn.Linear(heads, config.hidden_size, bias=True)
@@ -386,12 +382,13 @@ class Phi4FlashDecoderLayer(nn.Module):
     def __init__(self, config: Phi4FlashConfig, layer_idx: int):
         super().__init__()
         self.layer_idx = layer_idx
-        if not record.is_mamba(config, layer_idx):
-            self.attn: nn.Module = Phi4FlashAttention(config, layer_idx)
-        elif layer_idx > record.kv_layer(config):
+        mixer = record.layers(config)[layer_idx].mixer  # the record's rule, the one place it is written
+        if mixer == STATE_SPACE:
+            self.attn: nn.Module = Phi4FlashMamba(config, layer_idx)
+        elif mixer == GATED_MEMORY:
             self.attn = Phi4FlashGatedMemory(config)
         else:
-            self.attn = Phi4FlashMamba(config, layer_idx)
+            self.attn = Phi4FlashAttention(config, layer_idx)
         self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_attention_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = Phi4FlashMLP(config)
@@ -476,8 +473,8 @@ class Phi4FlashModel(Phi4FlashPreTrainedModel):
         output_hidden_states: bool | None = None,
         **kwargs,
     ) -> BaseModelOutputWithPast:
-        """`output_hidden_states`: the embeddings and each decoder layer's output (before the final norm), as
-        transformers' models give them."""
+        """`output_hidden_states`: the embeddings and each decoder layer's output, the last one after the final norm,
+        as transformers' models give them."""
         cache = cache if cache is not None else past_key_values
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)
@@ -494,8 +491,6 @@ class Phi4FlashModel(Phi4FlashPreTrainedModel):
             inputs_embeds.device,
         )  # fmt: skip
         new_padding = None if padding is None else padding[:, past : past + new]
-        if cache is not None:
-            cache.pending = new
         carried: dict[str, Any] = {}
         hidden = inputs_embeds
         states = [hidden]
@@ -503,9 +498,11 @@ class Phi4FlashModel(Phi4FlashPreTrainedModel):
             hidden = layer(hidden, carried, masks, cache, new_padding, **kwargs)
             states.append(hidden)
         if cache is not None:
-            cache.length, cache.pending = past + new, 0
+            cache.length = past + new
+        hidden = self.final_layernorm(hidden)
+        states[-1] = hidden  # as transformers' models give it: the last layer's output after the final norm
         outputs: dict[str, Any] = {CACHE_FIELD: cache, "hidden_states": tuple(states) if output_hidden_states else None}
-        return BaseModelOutputWithPast(last_hidden_state=self.final_layernorm(hidden), **outputs)
+        return BaseModelOutputWithPast(last_hidden_state=hidden, **outputs)
 
 
 class Phi4FlashForCausalLM(Phi4FlashPreTrainedModel, GenerationMixin):
@@ -535,7 +532,6 @@ class Phi4FlashForCausalLM(Phi4FlashPreTrainedModel, GenerationMixin):
         cache: Phi4FlashCache | None = None,
         past_key_values: Phi4FlashCache | None = None,
         logits_to_keep: int = 0,
-        labels=None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
         outputs = self.model(
@@ -544,7 +540,8 @@ class Phi4FlashForCausalLM(Phi4FlashPreTrainedModel, GenerationMixin):
         )  # fmt: skip
         hidden = outputs.last_hidden_state
         logits = self.lm_head(hidden[:, -logits_to_keep:] if logits_to_keep else hidden)
-        return CausalLMOutputWithPast(logits=logits, **{CACHE_FIELD: getattr(outputs, CACHE_FIELD)})
+        passed = {CACHE_FIELD: getattr(outputs, CACHE_FIELD), "hidden_states": outputs.hidden_states}
+        return CausalLMOutputWithPast(logits=logits, **passed)
 
 
 def layer_lambdas(model: Any) -> list[dict[str, float]]:

@@ -40,6 +40,7 @@ PHI4FLASH = Variant(
     fixture="diffeval.models.variants.phi4flash.fixture:build",
     fixture_shapes=("8-layers", "12-layers"),
     vllm_model="diffeval.models.variants.phi4flash.vllm:Phi4FlashForCausalLM",
+    vllm_eager=True,  # its Mamba layers branch in Python on the batch's metadata, which a CUDA graph would freeze
     register_hf="diffeval.models.variants.phi4flash.modeling:register",
     check_config="diffeval.models.variants.phi4flash.checks:check_phi4flash_config",
     inspect_lambdas="diffeval.models.variants.phi4flash.modeling:layer_lambdas",
@@ -62,17 +63,19 @@ def kv_layer(config) -> int:
 
 def windows(config) -> list[int | None]:
     """Each layer's sliding window (None: full). `sliding_window` is one width for the self-decoder's attention layers
-    (the published config), or a list with one entry per layer (what the remote config class saves)."""
-    width = config.sliding_window
-    if isinstance(width, list):
-        return list(width)
-    kinds = getattr(config, "layer_types", None)
-    return [
-        width
-        if not is_mamba(config, i) and (kinds[i] == "sliding_attention" if kinds else i < memory_layer(config))
-        else None
-        for i in range(config.num_hidden_layers)
-    ]
+    (the published config), or a list with one entry per layer (what the remote config class saves); `layer_types`,
+    where given, says which of them slide. From L/2 on every layer is full whatever the config says: every source
+    turns the window off there (the KV layer's cache is what the cross-decoder reads)."""
+    width, kinds = config.sliding_window, getattr(config, "layer_types", None)
+    found = []
+    for i in range(config.num_hidden_layers):
+        if isinstance(width, list):
+            found.append(width[i])
+        elif kinds:
+            found.append(width if kinds[i] == "sliding_attention" else None)
+        else:
+            found.append(width)
+    return [w if i < memory_layer(config) and not is_mamba(config, i) else None for i, w in enumerate(found)]
 
 
 def mamba_state_elements(config) -> int:
@@ -90,7 +93,7 @@ def layers(config) -> tuple[Layer, ...]:
     for i in range(config.num_hidden_layers):
         if i >= shared + 1:
             kinds.append(
-                Layer(GATED_MEMORY, kv_from=None, memory_from=memory)
+                Layer(GATED_MEMORY, memory_from=memory)
                 if is_mamba(config, i)
                 else Layer(DIFF_ATTENTION, diff_form=DIFF_V1_FORM, kv_from=shared, kv_caches=2)
             )

@@ -59,6 +59,7 @@ from vllm.platforms import current_platform
 
 from diffeval.models.diff import differential_heads, lambda_full
 from diffeval.models.mamba import causal_conv1d, selective_scan, selective_state_update
+from diffeval.models.variants.base import GATED_MEMORY, STATE_SPACE
 from diffeval.models.variants.phi4flash import record
 from diffeval.models.variants.phi4flash.modeling import (  # the hf classes: the same parameters and math
     SUBLN_EPS,
@@ -98,12 +99,13 @@ class Phi4FlashAttention(nn.Module):
         self.head_dim = config.head_dim
         self.num_heads, self.num_kv_heads = config.num_attention_heads, config.num_key_value_heads
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.cross = layer_idx > record.kv_layer(config)
+        kind = record.layers(config)[layer_idx]
+        self.cross = kind.kv_from is not None  # a cross-decoder layer: queries only, over layer L/2 + 1's KV
         self.Wqkv = nn.Linear(config.hidden_size, self.q_size if self.cross else self.q_size + 2 * self.kv_size)
         self.out_proj = nn.Linear(self.q_size, config.hidden_size)
         self.inner_cross_attn = Phi4FlashDifferential(self.head_dim, layer_idx)
-        shared = f"model.layers.{record.kv_layer(config)}.attn.attn" if self.cross else None
-        window = record.windows(config)[layer_idx]
+        shared = f"model.layers.{kind.kv_from}.attn.attn" if self.cross else None
+        window = kind.window
         self.attn = nn.ModuleDict(
             {
                 values: Attention(
@@ -250,15 +252,16 @@ class Phi4FlashDecoderLayer(nn.Module):
     def __init__(self, vllm_config, layer_idx: int, prefix: str) -> None:
         super().__init__()
         config = vllm_config.model_config.hf_config
-        if not record.is_mamba(config, layer_idx):
-            self.attn: nn.Module = Phi4FlashAttention(config, layer_idx, vllm_config.cache_config, f"{prefix}.attn")
-        elif layer_idx > record.kv_layer(config):
-            self.attn = Phi4FlashGatedMemory(config)
-        else:
-            self.attn = Phi4FlashMamba(
+        mixer = record.layers(config)[layer_idx].mixer  # the record's rule, the one place it is written
+        if mixer == STATE_SPACE:
+            self.attn: nn.Module = Phi4FlashMamba(
                 config, layer_idx == record.memory_layer(config), vllm_config.model_config, vllm_config.cache_config,
                 f"{prefix}.attn",
             )  # fmt: skip
+        elif mixer == GATED_MEMORY:
+            self.attn = Phi4FlashGatedMemory(config)
+        else:
+            self.attn = Phi4FlashAttention(config, layer_idx, vllm_config.cache_config, f"{prefix}.attn")
         self.input_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.post_attention_layernorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.mlp = Phi4FlashMLP(config)
