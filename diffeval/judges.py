@@ -7,6 +7,10 @@
 - `overlap`: an offline, deterministic proxy (share of output numbers, names and content words that the source
   lacks); always labelled a proxy, never a hallucination rate.
 
+A judge that is a reasoning model reads its verdict after its thinking: a reply's text after its last end-of-thinking
+marker (`parse_verdict`); with a judge thinking budget, a local judge thinks first (at most that many tokens, as
+models.thinking does for the evaluated models) and its " yes"/" no" are compared after its thinking.
+
 Every verdict is cached on disk keyed by (judge, prompt hash). The API key is read from the environment at request
 time and never stored: not in the cache, the run folder, run.json or logs.
 """
@@ -28,6 +32,7 @@ from diffeval import machine
 from diffeval.config import is_count
 from diffeval.errors import InputError
 from diffeval.models.backend import Backend
+from diffeval.models.thinking import KNOWN, MARGIN, SEPARATOR
 
 JUDGE_PROMPT = """You check a model's {kind} against its source document for contextual hallucination.
 The {kind} is hallucination-free when everything it states is supported by the document; it is not when any claim \
@@ -77,11 +82,28 @@ _FENCE = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 _RATIONALE = re.compile(r"rationale\W{0,3}\s*(.+)", re.IGNORECASE | re.DOTALL)
 
 
+UNCLOSED_REPLY = "thinking unclosed"
+
+
+def after_thinking(reply: str) -> str | None:
+    """A reply's text after its thinking: after the last end marker of a known pair (<think>…</think>); None where
+    it opens a thinking it never closes; the reply itself where it has no markers."""
+    for _, end in KNOWN:
+        at = reply.rfind(end)
+        if at >= 0:
+            return reply[at + len(end) :]
+    return None if any(start in reply for start, _ in KNOWN) else reply
+
+
 def parse_verdict(reply: str) -> Verdict:
     """The verdict from a line that is exactly `verdict: yes|no` (any case, punctuation around it), or from a JSON
     reply {"verdict": ...}; else unparsed (None). A reply that only mentions the format (it echoes the instruction
-    `"Verdict: yes" or "Verdict: no"`), or gives both answers on verdict lines, is unparsed."""
-    text = reply.strip()
+    `"Verdict: yes" or "Verdict: no"`), or gives both answers on verdict lines, is unparsed. A reasoning model's reply
+    is read after its thinking (`after_thinking`); one whose thinking never closed is unparsed."""
+    answer_text = after_thinking(reply)
+    if answer_text is None:
+        return Verdict(None, UNCLOSED_REPLY)
+    text = answer_text.strip()
     answers = {found.group(1).lower() for line in text.splitlines() if (found := _VERDICT_LINE.match(line.strip()))}
     answer = {"yes": True, "no": False}[answers.pop()] if len(answers) == 1 else None
     if not answers and answer is None:
@@ -173,6 +195,9 @@ class Judge:
         """Free what judging loaded (a local model's engine)."""
 
 
+REPLY_TOKENS = 200  # a chat judge's reply: the verdict line and one sentence
+
+
 class ChatJudge(Judge):
     """Any chat completions server: retries with backoff on 429, 5xx and timeouts; a concurrency limit."""
 
@@ -187,10 +212,16 @@ class ChatJudge(Judge):
         retries: int = 5,
         concurrency: int = 4,
         backoff: float = 1.0,
+        thinking_budget: int | None = None,
     ):
         super().__init__(cache)
         if require_key and not os.environ.get("OPENAI_API_KEY"):
             raise InputError(f"judge {judge_id} needs OPENAI_API_KEY in the environment")
+        # a reasoning judge's reply holds its thinking too: its budget comes on top of the verdict's 200 tokens, and
+        # names the judge (another budget, other verdicts); without one the id and cache keys are as before
+        if thinking_budget is not None:
+            judge_id = f"{judge_id}@thinking={thinking_budget}"
+        self.max_tokens = REPLY_TOKENS + (thinking_budget or 0)
         self.id, self.model, self.url = judge_id, model, base_url.rstrip("/") + "/chat/completions"
         self.timeout, self.retries, self.concurrency, self.backoff = timeout, retries, concurrency, backoff
         self.batch = concurrency  # a record per verdict as soon as the requests in flight return
@@ -207,7 +238,7 @@ class ChatJudge(Judge):
             "model": self.model,
             "messages": [{"role": "user", "content": prompt}],
             "temperature": 0,
-            "max_tokens": 200,
+            "max_tokens": self.max_tokens,
         }
         problem, retry_after = "", None
         for attempt in range(self.retries + 1):
@@ -247,21 +278,40 @@ class HFJudge(Judge):
     """A local causal LM: the verdict is whichever of " yes" / " no" is likelier after the judge prompt.
 
     Constructing one checks the checkpoint and the engine only; the model loads when it first judges (a run judges
-    after every evaluated model has generated and been freed), and `close` frees it."""
+    after every evaluated model has generated and been freed), and `close` frees it.
 
-    def __init__(self, cache, path: str, device: str = "auto", backend: str = "hf"):
+    With a thinking budget the judge is a reasoning model: the prompt is the user turn of its chat template, it thinks
+    first (at most `thinking_budget` tokens, stopped at its end marker), and " yes"/" no" are compared after its
+    thinking and SEPARATOR + "Verdict:". A thinking that never closes gives no verdict (unparsed, never cached)."""
+
+    def __init__(self, cache, path: str, device: str = "auto", backend: str = "hf", thinking_budget: int | None = None):
         from diffeval.models.backend import EngineSettings, check_backend
         from diffeval.models.checkpoints.check import check_checkpoint
-        from diffeval.models.checkpoints.loading import describe
+        from diffeval.models.checkpoints.loading import describe, load_tokenizer
         from diffeval.models.spec import ModelSpec
+        from diffeval.models.thinking import resolve_markers
+        from diffeval.models.tokenizer import check_chat_template
 
         super().__init__(cache)
-        check_backend("the hf: judge", frozenset({"score"}), backend)
-        self.spec, self.engine = ModelSpec("judge", path), backend
-        self.id = f"hf:{path}"
+        needs = {"score"} | ({"generate", "thinking"} if thinking_budget is not None else set())
+        check_backend("the hf: judge", frozenset(needs), backend)
+        self.spec, self.engine, self.thinking_budget = ModelSpec("judge", path), backend, thinking_budget
+        self.id = f"hf:{path}" + (f"@thinking={thinking_budget}" if thinking_budget is not None else "")
         # a judge's weights are checked like the evaluated models': transformers would randomise a missing tensor
         self.max_tokens = describe(self.spec, check_checkpoint(self.spec)).max_positions or 4096
         self.settings = EngineSettings(device=device, max_model_len=self.max_tokens)
+        self.markers = None
+        if thinking_budget is not None:  # refused in one line before any work: no template, or no markers
+            tokenizer = load_tokenizer(self.spec)
+            if not tokenizer.chat_template:
+                raise InputError(f"judge {self.id} has no chat template in its tokenizer, where a reasoning model "
+                                 "thinks: leave out --judge-thinking-budget")  # fmt: skip
+            try:
+                check_chat_template(tokenizer, f"judge hf:{path}")
+                self.markers = resolve_markers(tokenizer, f"judge hf:{path}")
+            except InputError as exc:  # the evaluated models' refusals, with the judge's own way out
+                reason = str(exc).partition(": give ")[0].partition(": leave out ")[0]
+                raise InputError(f"{reason}: leave out --judge-thinking-budget") from None
         self.backend: Backend | None = None  # loaded at the first verdict
 
     def _judge_many(self, items: list[JudgeItem], prompts: list[str]) -> list[Verdict]:
@@ -271,6 +321,8 @@ class HFJudge(Judge):
 
         if self.backend is None:
             self.backend = make_backend(self.spec, self.settings, self.engine)
+        if self.thinking_budget is not None:
+            return self._judge_after_thinking(prompts, self.thinking_budget)
         queries, choices = [], []
         for prompt in prompts:
             # the verdict words are tokenized after the prompt, as the judge reads them
@@ -288,6 +340,51 @@ class HFJudge(Judge):
             verdicts.append(Verdict(yes > no, f"log P(yes) - log P(no) = {yes - no:.3f}"))
             self.cache.put(self.id, prompt, verdicts[-1])
         return verdicts
+
+    def _judge_after_thinking(self, prompts: list[str], budget: int) -> list[Verdict]:
+        """A reasoning judge: it thinks after its chat template's generation prompt (all prompts in one generate
+        call), then " yes" and " no" are scored after its thinking and SEPARATOR + "Verdict:"."""
+        from diffeval.models.thinking import closed_in
+        from diffeval.models.tokenizer import encode_choices_in_context, find_ids
+
+        backend, markers = self.backend, self.markers
+        assert backend is not None and markers is not None
+        prefix, (query,), (words,) = encode_choices_in_context(
+            backend, SEPARATOR + "Verdict:", [""], [" yes", " no"], special_tokens=False
+        )
+        verdict_ids = prefix + query
+        room = self.max_tokens - budget - len(verdict_ids) - max(map(len, words)) - MARGIN
+        heads = []
+        for prompt in prompts:
+            ids = backend.encode(backend.render_prompt(prompt, "", True)).ids
+            if len(ids) > room:  # keep the question and output, cut the document's middle
+                ids = ids[: room // 2] + ids[-(room - room // 2) :]
+            heads.append(ids)
+        thinking = [i for i, head in enumerate(heads) if not closed_in(head, markers)]
+        generated = backend.generate([heads[i] for i in thinking], budget, [], end=markers.end_ids) if thinking else []
+        thoughts = dict(zip(thinking, (g.ids for g in generated)))
+        queries = {}
+        for i, head in enumerate(heads):
+            ids = thoughts.get(i, [])
+            if i not in thoughts or find_ids(ids, markers.end_ids) is not None:
+                queries[i] = head + ids + verdict_ids
+        order = sorted(queries)
+        scored = dict(zip(order, self.backend_scores([queries[i] for i in order], words))) if order else {}
+        verdicts = []
+        for i, prompt in enumerate(prompts):
+            if i not in scored:
+                verdicts.append(Verdict(None, f"{UNCLOSED_REPLY} within the judge's budget of {budget} tokens"))
+                continue
+            yes, no = scored[i]
+            verdicts.append(Verdict(yes > no, f"log P(yes) - log P(no) = {yes - no:.3f}, after thinking"))
+            self.cache.put(self.id, prompt, verdicts[-1])
+        return verdicts
+
+    def backend_scores(self, queries: list[list[int]], words: list[list[int]]) -> list[tuple[float, float]]:
+        """(log P(" yes"), log P(" no")) after each query, in one `score_choices` call."""
+        assert self.backend is not None
+        found = self.backend.score_choices([], queries, [words] * len(queries))
+        return [(yes, no) for (yes, _), (no, _) in found]
 
     def close(self) -> None:
         if self.backend is not None:
@@ -350,17 +447,25 @@ def make_judge(
     concurrency: int = 4,
     device: str = "auto",
     backend: str = "hf",
+    thinking_budget: int | None = None,
 ) -> Judge:
+    """The judge `spec` names. `thinking_budget`: the judge is a reasoning model that may think that many tokens before
+    its verdict (not for the overlap proxy, which reads no reply)."""
     cache = VerdictCache(cache_dir or machine.cache_dir())
     kind, _, rest = spec.partition(":")
     if spec == "overlap":
         return OverlapJudge(cache)
     if kind == "openai" and rest:
-        return ChatJudge(cache, "https://api.openai.com/v1", rest, spec, True, timeout, retries, concurrency)
+        return ChatJudge(
+            cache, "https://api.openai.com/v1", rest, spec, True, timeout, retries, concurrency,
+            thinking_budget=thinking_budget,
+        )  # fmt: skip
     if kind == "openai-compatible" and "#" in rest:
         base_url, _, model = rest.rpartition("#")
         if base_url.startswith(("http://", "https://")) and model:
-            return ChatJudge(cache, base_url, model, spec, False, timeout, retries, concurrency)
+            return ChatJudge(
+                cache, base_url, model, spec, False, timeout, retries, concurrency, thinking_budget=thinking_budget
+            )
     if kind == "hf" and rest:
-        return HFJudge(cache, rest, device, backend)
+        return HFJudge(cache, rest, device, backend, thinking_budget)
     raise InputError(f"bad --judge {spec!r}: use openai:MODEL, openai-compatible:BASE_URL#MODEL, hf:PATH or overlap")

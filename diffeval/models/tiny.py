@@ -112,3 +112,61 @@ def build_variant_fixture(kind: str, sizes: dict, tokenizer_dir: str | Path, out
     attention maps are far from uniform and a misread weight shows in the logits."""
     build_tiny_model(kind, tokenizer_dir, out_dir, spread=0.1, initializer_range=0.1, **sizes)
     return Path(out_dir)
+
+
+# a chat template with thinking markers, for reasoning-model tests: `enable_thinking=false` closes the thinking in the
+# prompt (as Qwen3's does)
+THINK_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>"
+    "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}{% endif %}"
+)
+ROLE_TOKENS = ["<|user|>", "<|assistant|>", "<|end|>"]
+
+
+def thinking_tokenizer(
+    base_dir: str | Path, out_dir: str | Path, marker_tokens: bool = True
+) -> PreTrainedTokenizerFast:
+    """The tokenizer in `base_dir` with THINK_TEMPLATE as its chat template, its role markers as special tokens, and
+    (with `marker_tokens`) <think> and </think> as added tokens that are not special, as Qwen3's are: decoded text keeps
+    them. Without them the markers are plain text of several tokens each."""
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(base_dir)
+    tokenizer.add_tokens(ROLE_TOKENS, special_tokens=True)
+    if marker_tokens:
+        tokenizer.add_tokens(["<think>", "</think>"])
+    tokenizer.chat_template = THINK_TEMPLATE
+    tokenizer.save_pretrained(out_dir)
+    return tokenizer
+
+
+def build_scripted_model(
+    tokenizer_dir: str | Path, out_dir: str | Path, walks: list[list[int]], default: int = 1
+) -> Path:
+    """A tiny Llama whose greedy output follows a fixed script: attention and MLP write nothing (all their weights zero,
+    so o_proj and down_proj add 0 to the residual), the embedding of token t is the one-hot e_t, the final RMSNorm makes
+    it sqrt(H)·e_t, and the LM head's column t is one-hot at next[t]: the logits are sqrt(H)·one_hot(next[t]), so the
+    next token depends on the current one alone. `walks` give next[]: each id is followed by the next id of its walk (an
+    id with two successors raises); every other id is followed by `default` (EOS). The hidden size is the vocabulary
+    rounded up to heads of 64 (vLLM's CPU kernels take 64)."""
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(tokenizer_dir)
+    vocab = len(tokenizer)
+    hidden = 64 * -(-vocab // 64)
+    successors: dict[int, int] = {}
+    for walk in walks:
+        for a, b in zip(walk, walk[1:]):
+            if successors.setdefault(a, b) != b:
+                raise ValueError(f"token {a} has two successors in the script: {successors[a]} and {b}")
+    config = tiny_config(
+        "base", vocab, hidden=hidden, layers=1, heads=hidden // 64, kv_heads=1, head_dim=64, ffn=64,
+        tie_word_embeddings=False,
+    )  # fmt: skip
+    model = LlamaForCausalLM(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.fill_(1.0 if name.endswith("norm.weight") else 0.0)  # input, post-attention and final RMSNorm
+        tokens = torch.arange(vocab)
+        model.model.embed_tokens.weight[tokens, tokens] = 1.0
+        model.lm_head.weight[torch.tensor([successors.get(t, default) for t in range(vocab)]), tokens] = 1.0
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return Path(out_dir)

@@ -3,7 +3,9 @@ it, so both backends hand the model identical token ids."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from diffeval.errors import InputError
 from diffeval.models.backend import Encoder, Encoding, Tokenizer
@@ -12,8 +14,9 @@ DECODE_CONTEXT_TOKENS = 8  # prompt tokens a continuation is decoded behind
 
 
 class HFTokenizer:
-    def __init__(self, tokenizer):
+    def __init__(self, tokenizer, switches: Mapping[str, Any] | None = None):
         self.hf = tokenizer
+        self.switches = dict(switches or {})  # the chat template's keyword arguments (--template-switch)
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         # a chat template already carries its own BOS; raw prompts get the tokenizer's special tokens
@@ -54,22 +57,30 @@ class HFTokenizer:
         the trailing whitespace that joins it to the answer prefix in the raw prompt."""
         if not chat_template:
             return user + answer_prefix
-        check_chat_template(self.hf, model)
+        check_chat_template(self.hf, model, self.switches)
         messages = [{"role": "user", "content": user.rstrip()}]
-        return self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False) + answer_prefix
+        rendered = self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **self.switches)
+        return rendered + answer_prefix
 
 
 CHAT_PROBE = "diffeval checks that the chat template keeps this user message."
 
 
-def check_chat_template(tokenizer, model: str) -> None:
+def check_chat_template(tokenizer, model: str, switches: Mapping[str, Any] | None = None) -> None:
     """`--chat-template` needs a template in the checkpoint's tokenizer (a transformers tokenizer) that renders a user
-    message, as every prompt is one, with its text in the prompt."""
+    message, as every prompt is one, with its text in the prompt; with `switches` (--template-switch), a template that
+    reads each of them, rendered with them."""
     if not tokenizer.chat_template:
         raise InputError(f"model {model} has no chat template in its tokenizer: leave out --chat-template")
+    switches = dict(switches or {})
+    source = template_source(tokenizer)
+    for name, value in switches.items():
+        if name not in source:
+            raise InputError(f"model {model}: its chat template does not read {name}: leave out --template-switch "
+                             f"{name}={_switch_text(value)}")  # fmt: skip
     messages = [{"role": "user", "content": CHAT_PROBE}]
     try:
-        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **switches)
     except Exception as exc:  # the template is the checkpoint's own Jinja code: it may raise anything
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise InputError(f"model {model}: its chat template fails on a user message ({reason}): fix chat_template "
@@ -77,6 +88,36 @@ def check_chat_template(tokenizer, model: str) -> None:
     if CHAT_PROBE not in rendered:
         raise InputError(f"model {model}: its chat template leaves a user message's text out of the prompt: fix "
                          "chat_template in its tokenizer_config.json, or leave out --chat-template")  # fmt: skip
+
+
+def template_source(tokenizer) -> str:
+    """The chat template's Jinja source: a tokenizer may hold several named templates (a dict); all are read."""
+    template = tokenizer.chat_template or ""
+    return "\n".join(map(str, template.values())) if isinstance(template, dict) else str(template)
+
+
+def _switch_text(value: Any) -> str:
+    """A switch's value as the command line writes it (YAML: false, not False)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def find_ids(generated: Sequence[int], end: Sequence[int]) -> int | None:
+    """The index just after the first occurrence of `end` in `generated`, or None (never for an empty `end`). Where a
+    reasoning model's thinking ends: every engine applies this one id rule to its generated ids."""
+    width = len(end)
+    if not width:
+        return None
+    target = list(end)
+    for i in range(len(generated) - width + 1):
+        if generated[i] == target[0] and list(generated[i : i + width]) == target:
+            return i + width
+    return None
+
+
+def through_ids(generated: list[int], end: Sequence[int] | None) -> list[int]:
+    """The generated ids through the first occurrence of `end` (`find_ids`); all of them where it never comes."""
+    found = find_ids(generated, end) if end else None
+    return generated if found is None else generated[:found]
 
 
 def answer_end(text: str, stop: list[str]) -> int | None:

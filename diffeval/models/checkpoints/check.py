@@ -20,15 +20,18 @@ from diffeval.models.tokenizer import check_chat_template
 from diffeval.models.variants import registry as variants
 
 
-def check_checkpoint(spec: ModelSpec, trust_remote_code: bool = False, chat_template: bool = False):
-    """The check stage, before any work: the config and tokenizer load (with a chat template if the run renders one),
-    the config builds its architecture and that architecture computes a forward pass with its head layout (on the
-    meta device: no memory, no weights), and a local folder's weight files are whole (their headers read and their
-    sizes cover the tensors they declare) and hold exactly the architecture's tensors. Returns the config."""
+def check_checkpoint(
+    spec: ModelSpec, trust_remote_code: bool = False, chat_template: bool = False, switches: dict | None = None
+):
+    """The check stage, before any work: the config and tokenizer load (with a chat template if the run renders one,
+    rendered with the run's --template-switch `switches`), the config builds its architecture and that architecture
+    computes a forward pass with its head layout (on the meta device: no memory, no weights), and a local folder's
+    weight files are whole (their headers read and their sizes cover the tensors they declare) and hold exactly the
+    architecture's tensors. Returns the config."""
     config = load_config(spec, trust_remote_code)
     tokenizer = load_tokenizer(spec, trust_remote_code)
     if chat_template:
-        check_chat_template(tokenizer, spec.name)
+        check_chat_template(tokenizer, spec.name, switches)
     model = check_architecture(spec, config, trust_remote_code)  # built once, read by every check below
     file = gguf.find(spec.path, spec.name)
     if file is not None:

@@ -13,10 +13,11 @@ import dataclasses
 import gc
 import inspect
 import time
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import torch
-from transformers import StoppingCriteria
+from transformers import StoppingCriteria, StoppingCriteriaList
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 from diffeval.errors import InputError
@@ -25,7 +26,8 @@ from diffeval.models.capture import capturing
 from diffeval.models.checkpoints.loading import LoadedModel, check_attn_impl, load_model, load_tokenizer
 from diffeval.models.layer_kinds import check_captured
 from diffeval.models.spec import ModelInfo, ModelSpec
-from diffeval.models.tokenizer import HFTokenizer, answer_end, cut_at_stop, tokens_through_stop
+from diffeval.models.thinking import Markers, resolve_markers
+from diffeval.models.tokenizer import HFTokenizer, answer_end, cut_at_stop, through_ids, tokens_through_stop
 
 
 class HFBackend:
@@ -37,7 +39,7 @@ class HFBackend:
     # positions per slice of `token_nll`'s LM head: 512 × a 49K vocabulary is 100 MB of fp32 logits
     NLL_SLICE = 512
 
-    def __init__(self, loaded: LoadedModel):
+    def __init__(self, loaded: LoadedModel, switches: Mapping[str, Any] | None = None):
         if not loaded.tokenizer.is_fast:
             # token offsets of needles and answer spans come from the fast tokenizer's offset mapping
             raise InputError(f"model {loaded.info.name}: diffeval needs a fast (tokenizers) tokenizer")
@@ -51,6 +53,8 @@ class HFBackend:
         eos = self.model.generation_config.eos_token_id  # load_model sets every stop id there
         self.stop_ids = {eos} if isinstance(eos, int) else set(eos or [])
         self._cache = cache_keyword(self.model.forward)
+        self.switches = dict(switches or {})  # the chat template's (--template-switch)
+        self._markers: dict[tuple[str, ...] | None, Markers] = {}
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
@@ -63,11 +67,12 @@ class HFBackend:
         # process-wide, as torch has it; more threads than free cores slow every one of them down. `settings.threads`
         # is hf's --threads (HFOptions), else the cores the load leaves free
         torch.set_num_threads(settings.threads)
-        return cls(load_model(spec, settings.device, settings.dtype, settings.attn_impl, settings.trust_remote_code))
+        loaded = load_model(spec, settings.device, settings.dtype, settings.attn_impl, settings.trust_remote_code)
+        return cls(loaded, settings.switches)
 
     @classmethod
     def open_tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
-        return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
+        return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code), settings.switches)
 
     def torch_module(self) -> LoadedModel:
         return LoadedModel(self.model, self.tokenizer, self.info)
@@ -80,7 +85,16 @@ class HFBackend:
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         # the template is jinja on the tokenizer object, not the Rust encoder: the shared tokenizer is safe here
-        return HFTokenizer(self.tokenizer).render_prompt(user, answer_prefix, chat_template, self.info.name)
+        return HFTokenizer(self.tokenizer, self.switches).render_prompt(
+            user, answer_prefix, chat_template, self.info.name
+        )
+
+    def thinking_markers(self, given: Sequence[str] | None) -> Markers:
+        # resolved once per markers asked for: a task asks at every chunk it generates
+        key = tuple(given) if given else None
+        if key not in self._markers:
+            self._markers[key] = resolve_markers(self.tokenizer, self.info.name, key, self.switches)
+        return self._markers[key]
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         return self._encoder.encode(text, special_tokens)
@@ -91,31 +105,43 @@ class HFBackend:
     def document_start(self) -> list[int]:
         return self._encoder.document_start()
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop: list[str], end: Sequence[int] | None = None
+    ) -> list[Generation]:
         results: dict[int, Generation] = {}
         for group in forward_groups([len(p) for p in prompts], self.MAX_BATCH_TOKENS):
-            outputs = self._generate_together([prompts[i] for i in group], max_new_tokens, stop)
+            outputs = self._generate_together([prompts[i] for i in group], max_new_tokens, stop, end)
             results.update(zip(group, outputs))
         return [results[i] for i in range(len(prompts))]
 
     @torch.inference_mode()
-    def _generate_together(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
-        """One `generate` call: the prompts left-padded into one tensor (no padding when their lengths are equal)."""
+    def _generate_together(
+        self, prompts: list[list[int]], max_new_tokens: int, stop: list[str], end: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """One `generate` call: the prompts left-padded into one tensor (no padding when their lengths are equal).
+        With `end`, a row also stops once its generated ids end in those ids, and is cut just after their first
+        occurrence (a row that reached EOS first keeps no marker)."""
         start = time.perf_counter()
         batch = self.tokenizer.pad({"input_ids": prompts}, return_tensors="pt", padding=True)
         batch = {k: v.to(self.device) for k, v in batch.items()}
         # greedy and nothing else: the model's generation_config is diffeval's own (load_model)
         decoder, width = HFTokenizer(self.tokenizer), batch["input_ids"].shape[1]
-        ended = _AnswerEnded(decoder, prompts, width, stop, self.stop_ids) if stop else None
+        criteria: list[StoppingCriteria] = [_AnswerEnded(decoder, prompts, width, stop, self.stop_ids)] if stop else []
+        if end:
+            criteria.append(_IdsEnded(end, width))
         output = self.model.generate(
-            **batch, max_new_tokens=max_new_tokens, do_sample=False, stopping_criteria=[ended] if ended else None
+            **batch,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            stopping_criteria=StoppingCriteriaList(criteria) if criteria else None,
         )
         seconds = (time.perf_counter() - start) / len(prompts)
         results = []
         for prompt, row in zip(prompts, output[:, width:].tolist()):
             row = tokens_through_stop(decoder, prompt, _through_stop(row, self.stop_ids), stop, self.stop_ids)
+            row = through_ids(row, end)
             text = decoder.decode_continuation(prompt, row, self.stop_ids)
-            results.append(Generation(cut_at_stop(text, stop), len(row), seconds, batch=len(prompts)))
+            results.append(Generation(cut_at_stop(text, stop), len(row), seconds, batch=len(prompts), ids=row))
         return results
 
     @torch.inference_mode()
@@ -271,6 +297,20 @@ class _AnswerEnded(StoppingCriteria):
             for prompt, row in zip(self.prompts, input_ids[:, self.width :].tolist())
         ]  # fmt: skip
         return torch.tensor(ended, dtype=torch.bool, device=input_ids.device)
+
+
+class _IdsEnded(StoppingCriteria):
+    """Stops each row once its generated ids end in `end` (a reasoning model's end-of-thinking marker): one tensor
+    comparison per step, where decoding every row at every step would cost the square of a long thinking."""
+
+    def __init__(self, end: Sequence[int], width: int):
+        self.end, self.width = list(end), width
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        if input_ids.shape[1] - self.width < len(self.end):  # the marker cannot be generated yet (never the prompt's)
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+        end = torch.tensor(self.end, device=input_ids.device)
+        return (input_ids[:, -len(self.end) :] == end).all(dim=1)
 
 
 def _through_stop(row: list[int], stop_ids: set[int]) -> list[int]:

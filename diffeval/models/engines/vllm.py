@@ -19,7 +19,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import ClassVar
 
 from diffeval.errors import InputError
@@ -35,7 +35,8 @@ from diffeval.models.checkpoints.loading import (
 from diffeval.models.engines.vllm_options import VLLMOptions
 from diffeval.models.layer_kinds import kinds, sequence_cache_bytes
 from diffeval.models.spec import ModelInfo, ModelSpec
-from diffeval.models.tokenizer import HFTokenizer, cut_at_stop, tokens_through_stop
+from diffeval.models.thinking import Markers, resolve_markers
+from diffeval.models.tokenizer import HFTokenizer, cut_at_stop, through_ids, tokens_through_stop
 from diffeval.models.variants.base import ATTENTION, Layer
 from diffeval.models.variants.registry import by_name, vllm_architectures
 
@@ -63,6 +64,7 @@ class VLLMBackend:
         self.tokenizer = tokenizer
         self.info = info
         self.stop_ids = stop_ids  # the EOS ids hf stops at too (loading.stop_token_ids)
+        self._markers: dict[tuple[str, ...] | None, Markers] = {}
 
     @classmethod
     def check_model(cls, info: ModelInfo, settings: EngineSettings) -> None:
@@ -90,7 +92,7 @@ class VLLMBackend:
 
     @classmethod
     def open_tokenizer(cls, spec: ModelSpec, settings: EngineSettings) -> HFTokenizer:
-        return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code))
+        return HFTokenizer(load_tokenizer(spec, settings.trust_remote_code), settings.switches)
 
     @classmethod
     def load(cls, spec: ModelSpec, settings: EngineSettings) -> VLLMBackend:
@@ -98,7 +100,7 @@ class VLLMBackend:
         info = describe(spec, config, kind=spec.kind)
         cls.check_model(info, settings)
         hf_tokenizer = load_tokenizer(spec, settings.trust_remote_code)
-        tokenizer = HFTokenizer(hf_tokenizer)
+        tokenizer = HFTokenizer(hf_tokenizer, settings.switches)
         device = _platform_device()
         dtype = settings.dtype if settings.dtype != "auto" else ("bfloat16" if device == "cuda" else "float32")
         options = settings.engine_options(VLLMOptions)
@@ -154,15 +156,32 @@ class VLLMBackend:
     def document_start(self) -> list[int]:
         return self.tokenizer.document_start()
 
-    def generate(self, prompts: list[list[int]], max_new_tokens: int, stop: list[str]) -> list[Generation]:
-        """The whole chunk is submitted at once; vLLM schedules it."""
+    def thinking_markers(self, given: Sequence[str] | None) -> Markers:
+        # resolved once per markers asked for: a task asks at every chunk it generates
+        key = tuple(given) if given else None
+        if key not in self._markers:
+            self._markers[key] = resolve_markers(self.tokenizer.hf, self.info.name, key, self.tokenizer.switches)
+        return self._markers[key]
+
+    def generate(
+        self, prompts: list[list[int]], max_new_tokens: int, stop: list[str], end: Sequence[int] | None = None
+    ) -> list[Generation]:
+        """The whole chunk is submitted at once; vLLM schedules it. With `end` (a thinking phase), a one-id marker
+        is a stop token (kept in the output's ids); a longer one stops the request at its text, an early exit only:
+        the ids are cut by the id rule every engine applies (tokenizer.through_ids)."""
         start = time.perf_counter()
+        end = list(end or [])
+        # a marker of several ids ends the request early at its text (never an empty string: special tokens decode to
+        # none); whether it ended the thinking, the id rule says below
+        end_text = self.tokenizer.decode(end) if len(end) > 1 else ""
         params = SamplingParams(
             temperature=0.0,
             max_tokens=max_new_tokens,
             # no stop strings: vLLM's stop at the first match, even before any text, is not diffeval's rule; the answer
             # is cut by it below (tokenizer.answer_end), its tokens counted through the one that ends it
-            stop_token_ids=self.stop_ids,
+            stop_token_ids=list(self.stop_ids) + (end if len(end) == 1 else []),
+            stop=[end_text] if end_text else None,
+            include_stop_str_in_output=bool(end_text),
             skip_special_tokens=True,
         )
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
@@ -171,8 +190,10 @@ class VLLMBackend:
         results = []
         for prompt, output in zip(prompts, outputs):
             row = tokens_through_stop(self.tokenizer, prompt, list(output.outputs[0].token_ids), stop, self.stop_ids)
+            row = through_ids(row, end)
             text = cut_at_stop(self.tokenizer.decode_continuation(prompt, row, self.stop_ids), stop)
-            results.append(Generation(text, len(row), seconds, batch=len(prompts)))  # vLLM's scheduler batches them
+            # vLLM's scheduler batches them
+            results.append(Generation(text, len(row), seconds, batch=len(prompts), ids=row))
         return results
 
     def score_choices(
