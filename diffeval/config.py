@@ -36,7 +36,7 @@ def option(
     flag: str | None = None,
     parse=None,
     type: type | None = None,
-    identity: bool = True,
+    identity: bool | str = True,
     cli: bool = True,
     context: bool = False,
     distinct: bool = True,
@@ -48,8 +48,11 @@ def option(
     flag: Typer's parameter declaration (default `--field-name`; `--a/--no-a` for on/off switches).
     parse: turns a comma-list string (or a YAML list) into the field's value; the CLI then takes a string.
     type: the value's type when the default is None. identity=False: the option does not change what is computed
-    (sample counts, placement, caches), so a run folder resumes with a different value. cli=False: YAML only; on a
-    RunConfig field: only the tasks that list it in their `run_options` take it (the others refuse it).
+    (sample counts, placement, caches), so a run folder resumes with a different value. identity="set": it joins the
+    identity, and run.json's config, only where its value is not the default, so that runs without it keep the
+    identity (and folder name) and run.json they had before the option existed (--thinking-budget).
+    cli=False: YAML only; on a RunConfig field: only the tasks that list it in their `run_options` take it (the
+    others refuse it).
     context=True: the run's context lengths; declare them with `context_option`. distinct=False: a parsed list whose
     values may repeat (one of several lists read in pairs); otherwise a repeated value is refused.
     applies: (options → bool, the clause that makes it apply, e.g. "with --probe vt"): an option that acts only beside
@@ -173,6 +176,31 @@ class RunConfig:
         type=int,
         cli=False,
     )
+    # a reasoning model's thinking phase (docs/reasoning.md); "set": runs without it keep their identity and run.json
+    thinking_budget: int | None = option(
+        None,
+        help="tokens a reasoning model may think before its answer, beside the answer's own budget and also reserved "
+        "in the prompt budget; needs --chat-template [default: no thinking phase]",
+        type=int,
+        cli=False,
+        identity="set",
+    )
+    think_markers: list[str] | None = option(
+        None,
+        help="START,END: the thinking markers, where the model's chat template and tokenizer do not name them, e.g. "
+        "<think>,</think> [default: from the tokenizer or chat template]",
+        parse=str_list("--think-markers"),
+        cli=False,
+        identity="set",
+    )
+    template_switch: list[str] = option(
+        [],
+        help="NAME=VALUE passed to the chat template, e.g. enable_thinking=false; repeatable",
+        type=list[str],
+        parse=lambda value: [value] if isinstance(value, str) else [str(v) for v in value],
+        cli=False,
+        identity="set",
+    )
     batch_size: int | None = option(
         None, help="prompts per backend call [default: 1 on hf, 256 on vllm]", type=int, identity=False
     )
@@ -248,8 +276,49 @@ class RunConfig:
             raise InputError("--calibrate and --tokens-per-s both set the dry run's rate: give one of them")
         if self.limit is not None and self.limit < 1:
             raise InputError(f"--limit {self.limit}: give at least 1, or leave it out")
+        self._validate_thinking()
         self.options.validate()  # what a context length must hold is the task's: tasks/base.py ContextBudget
         return self
+
+    def _validate_thinking(self) -> None:
+        """The thinking options' refusals, each in one line (what a model's markers must be is checked where the
+        model loads: runner.check_models)."""
+        if self.thinking_budget is not None:
+            if self.thinking_budget < 1:
+                raise InputError(f"--thinking-budget {self.thinking_budget}: give at least 1, or leave it out")
+            if not self.chat_template:
+                raise InputError(
+                    "--thinking-budget needs --chat-template: a reasoning model thinks in its chat template's "
+                    "assistant turn; add --chat-template"
+                )
+        if self.think_markers is not None:
+            if self.thinking_budget is None:
+                raise InputError("--think-markers applies only with --thinking-budget: leave it out")
+            markers = [m.strip() for m in self.think_markers]
+            if len(markers) != 2 or not all(markers) or markers[0] == markers[1]:
+                raise InputError(
+                    f"--think-markers {','.join(self.think_markers)}: give START,END, two different markers, "
+                    "e.g. <think>,</think>"
+                )
+        if self.template_switch and not self.chat_template:
+            raise InputError("--template-switch applies only with --chat-template: leave it out")
+        self.switches  # noqa: B018  # refuses a bad NAME=VALUE
+
+    @property
+    def switches(self) -> dict[str, Any]:
+        """--template-switch as the chat template's keyword arguments: "enable_thinking=false" → {"enable_thinking":
+        False}; each value is read as YAML reads a scalar (true/false, numbers, else the string)."""
+        switches: dict[str, Any] = {}
+        for item in self.template_switch:
+            name, equals, text = str(item).partition("=")
+            name = name.strip()
+            value = yaml.safe_load(text) if equals and text.strip() else None
+            if not equals or not name.isidentifier() or not isinstance(value, (str, int, float, bool)):
+                raise InputError(f"bad --template-switch {item!r}: give NAME=VALUE, e.g. enable_thinking=false")
+            if name in switches:
+                raise InputError(f"--template-switch {name} is given twice: give each switch once")
+            switches[name] = value
+        return switches
 
     @property
     def lengths(self) -> list[int]:
@@ -302,7 +371,9 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """run.json's config: RunConfig's fields, the engine's options beside them, the task's under `options`."""
-        data = asdict(self)
+        data = _drop_unset(RunConfig, asdict(self))
+        if isinstance(data.get("options"), dict):
+            data["options"] = _drop_unset(type(self.options), data["options"])
         engine = data.pop("engine") or {}
         inputs = {INPUT_HASHES: self.input_sha256} if self.input_sha256 else {}
         return {**data, **engine, **inputs}
@@ -347,11 +418,29 @@ def content_sha256(paths: list[Path]) -> str:
 
 
 def _identity_fields(cls, stored: dict[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
-    return {
-        f.name: stored.get(f.name, field_default(f))
+    """The identity's values of `cls`'s fields as `stored` holds them (today's default where it lacks one); a field
+    declared identity="set" is left out at its default, as it was before the field existed."""
+    out = {}
+    for f in fields(cls):
+        mode = f.metadata.get("identity", True)
+        if not mode or f.name in skip:
+            continue
+        value = stored.get(f.name, field_default(f))
+        if mode == "set" and value == field_default(f):
+            continue
+        out[f.name] = value
+    return out
+
+
+def _drop_unset(cls, data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a dataclass's fields as a dict) without the identity="set" fields at their default: run.json then
+    holds the keys it held before those fields existed."""
+    unset = {
+        f.name
         for f in fields(cls)
-        if f.metadata.get("identity", True) and f.name not in skip
+        if f.metadata.get("identity") == "set" and f.name in data and data[f.name] == field_default(f)
     }
+    return {k: v for k, v in data.items() if k not in unset}
 
 
 def applying(options_class: type, values: dict[str, Any]) -> dict[str, Any]:
@@ -407,6 +496,9 @@ def assemble(
     if unknown:
         raise InputError(f"unknown option(s) {', '.join(sorted(unknown))}: see `diffeval run {task} --help`")
     declared = {**option_fields, **engine_fields}
+    for name, value in values.items():  # RunConfig's own parsed options (--think-markers, --template-switch)
+        if name in run_fields and run_fields[name].metadata.get("parse") and value is not None:
+            values[name] = run_fields[name].metadata["parse"](value)
     option_values = {k: values.pop(k) for k in list(values) if k in option_fields}
     engine_values = {k: values.pop(k) for k in list(values) if k in engine_fields}
     for parsed in (option_values, engine_values):

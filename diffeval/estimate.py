@@ -391,7 +391,7 @@ def bound_per_sample(config: RunConfig, task: Task, samples: list) -> dict[str, 
     lengths = {s.ctx for s in samples if getattr(s, "ctx", None)}
     if not lengths or not on_cpu(config):
         return None
-    answer = task.running.budget(RunContext.of(config)).answer if task.running.budget is not None else 0
+    answer = task.running.budget(RunContext.of(config)).generated if task.running.budget is not None else 0
     rate = run_matmul_rate(config, EngineSettings.from_config(config))
     bounds = {}
     for spec in config.models:

@@ -28,8 +28,15 @@ GENERATIONS_FILE = "generations.jsonl"
 REPLACED_DIR = ".replaced"  # what --overwrite set aside while the run may still be refused (`undone_on_refusal`)
 # run.json's format number (its key `run_format`; a folder without one is format 0). Raise it when a change to
 # run.json or the records would make an older diffeval misread a folder or, resuming, rewrite what it does not know:
-# an older version then refuses the folder in one line that names the version that wrote it.
-RUN_FORMAT = 1
+# an older version then refuses the folder in one line that names the version that wrote it. RUN_FORMAT is the
+# newest format this version reads; a folder is written in the oldest one that holds it (`run_format`).
+RUN_FORMAT = 2
+
+
+def run_format(config: RunConfig) -> int:
+    """run.json's format for a run: 2 where its records may leave a score null and carry a thinking phase
+    (--thinking-budget, docs/reasoning.md), which an older diffeval would misread; else 1, as before."""
+    return 2 if config.thinking_budget is not None else 1
 
 
 @dataclass
@@ -189,7 +196,9 @@ class RunFolder:
             for child in children:
                 child.replace(replaced / child.name)
             self._set_aside = True
-        run: dict[str, Any] = existing if existing is not None else {"run_format": RUN_FORMAT, "created": _now()}
+        run: dict[str, Any] = (
+            existing if existing is not None else {"run_format": run_format(config), "created": _now()}
+        )
         machine = metadata.get("machine")
         timed = self.samples_path.is_file() or self.generations_path.is_file()
         if existing is not None and timed and machine is not None and existing.get("machine") != machine:
@@ -199,14 +208,22 @@ class RunFolder:
         # what loading a model showed (parameters, learned λ) outlives a resume that no longer loads it
         models = {**metadata.get("models", {}), **run.get("models", {})}
         run.update(
-            {"run_format": RUN_FORMAT, "config": config.to_dict(), "updated": _now(), **metadata, "models": models}
+            {
+                "run_format": run_format(config),
+                "config": config.to_dict(),
+                "updated": _now(),
+                **metadata,
+                "models": models,
+            }
         )
         self._write_run(run)
 
     def record_model(self, name: str, info: dict[str, Any]) -> None:
-        """Replace a model's config-only metadata with what loading it showed (parameters, learned λ)."""
+        """Update a model's config-only metadata with what loading it showed (parameters, learned λ); what the check
+        stage recorded and loading does not show (its thinking markers) stays."""
         run = self.read_run() or {}
-        run.setdefault("models", {})[name] = info
+        models = run.setdefault("models", {})
+        models[name] = {**(models.get(name) or {}), **info}
         self._write_run(run)
 
     def _write_run(self, run: dict[str, Any]) -> None:

@@ -49,12 +49,26 @@ def check_models(config: RunConfig) -> dict[str, dict]:
     infos = {}
     settings = EngineSettings.from_config(config)
     for spec in config.models:
-        info = describe(spec, check_checkpoint(spec, config.trust_remote_code, config.chat_template), kind=spec.kind)
+        # the chat template's switches (--template-switch) render every prompt, the checked one included
+        checked = check_checkpoint(spec, config.trust_remote_code, config.chat_template, config.switches)
+        info = describe(spec, checked, kind=spec.kind)
         check_model(info, settings, config.backend)
         if info.max_positions:  # a hub model's or custom code's positions are known only from its loaded config
             check_context(spec.name, max(config.lengths), info.max_positions, config.allow_overlength)
         infos[spec.name] = info.to_dict()
+        if config.thinking_budget is not None:  # the markers the run will use, checked and recorded before any work
+            infos[spec.name]["thinking"] = thinking_markers(spec, config).to_dict()
     return infos
+
+
+def thinking_markers(spec, config: RunConfig):
+    """A model's thinking markers (models.thinking.resolve_markers): from --think-markers, its tokenizer or its chat
+    template, each checked against what the template writes; a model without any is refused in one line."""
+    from diffeval.models.checkpoints.loading import load_tokenizer
+    from diffeval.models.thinking import resolve_markers
+
+    tokenizer = load_tokenizer(spec, config.trust_remote_code)
+    return resolve_markers(tokenizer, spec.name, config.think_markers, config.switches)
 
 
 def _prepared_chunks(task: Task, chunks: list, backend, context: RunContext):

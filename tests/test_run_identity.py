@@ -266,8 +266,8 @@ def test_the_refusal_of_a_newer_folder_says_what_to_do(tmp_path):
     _run_json(folder, _newer)
     with pytest.raises(InputError) as refused:
         RunFolder(folder).read_run()
-    assert str(refused.value).endswith("newer than this diffeval (0.1.0) reads (format 1): upgrade diffeval, or give "
-                                       "another --out")  # fmt: skip
+    assert str(refused.value).endswith(f"newer than this diffeval (0.1.0) reads (format {RUN_FORMAT}): upgrade "
+                                       "diffeval, or give another --out")  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -284,7 +284,7 @@ def test_report_compare_and_view_refuse_a_newer_folder_in_the_same_line(command,
     args = [arg.format(run=run, copy=copy, page=tmp_path / "page") for arg in command]
     before = _snapshot(run)
     result = run_cli(*args)
-    assert_one_line(result, f"{run / 'run.json'} was written by diffeval {NEWER} in run.json format 2")
+    assert_one_line(result, f"{run / 'run.json'} was written by diffeval {NEWER} in run.json format {RUN_FORMAT + 1}")
     assert _snapshot(run) == before and not (tmp_path / "page").exists()
 
 
@@ -327,7 +327,8 @@ def test_a_folder_from_before_input_hashes_resumes_and_records_them(tmp_path):
     result = run_cli(*args)
     assert result.returncode == 0, result.stderr
     run = json.loads((tmp_path / "old" / "run.json").read_text())
-    assert run["run_format"] == RUN_FORMAT and set(run["config"]["input_sha256"]) == {"haystack"}
+    # format 1: the newest (RUN_FORMAT, 2) is written by thinking runs alone (results.run_format)
+    assert run["run_format"] == 1 and set(run["config"]["input_sha256"]) == {"haystack"}
     assert (tmp_path / "old" / "samples.jsonl").read_bytes() == records  # nothing left to run: all were done
 
 

@@ -20,6 +20,7 @@ from diffeval.errors import InputError
 from diffeval.models.backend import check_backend, default_batch_size, engine_options
 from diffeval.models.layer_kinds import skipped_note
 from diffeval.models.spec import ModelSpec, parse_models
+from diffeval.models.thinking import MARGIN
 from diffeval.records import Record, kind_name, matches
 from diffeval.tasks.blocks import Document, Listing
 
@@ -41,6 +42,9 @@ class RunContext(Generic[OptionsT]):
     models: list[ModelSpec]  # the run's models, for a task that checks their configs before any work
     trust_remote_code: bool  # whether a checkpoint's own code may run (reading a model's config included)
     device: str  # where a task's own models run (a local judge)
+    # a reasoning model's thinking phase (--thinking-budget; docs/reasoning.md): its tokens, None without one
+    thinking_budget: int | None = None
+    think_markers: tuple[str, str] | None = None  # --think-markers START,END; None: the model's own
 
     @classmethod
     def of(cls, config: RunConfig) -> RunContext:
@@ -55,6 +59,8 @@ class RunContext(Generic[OptionsT]):
             models=list(config.models),
             trust_remote_code=config.trust_remote_code,
             device=config.device,
+            thinking_budget=config.thinking_budget,
+            think_markers=(config.think_markers[0], config.think_markers[1]) if config.think_markers else None,
         )
 
 
@@ -64,14 +70,29 @@ class ContextBudget:
     prompt the task can build. A length below their sum is refused before any work."""
 
     lengths: list[int]  # the run's context lengths (its --ctx)
-    answer: int  # tokens each sample reserves for what the model generates
+    answer: int  # tokens each sample reserves for its answer
     least_prompt: int  # the fewest prompt tokens a sample can be fitted into
+    # tokens each sample reserves for a reasoning model's thinking: models.thinking.reserve(--thinking-budget), the
+    # budget and a margin for the separator and answer prefix written after it; 0 without a thinking budget
+    thinking: int = 0
+
+    @property
+    def generated(self) -> int:
+        """Tokens each sample reserves for what the model generates: its thinking and its answer."""
+        return self.thinking + self.answer
 
     def check(self) -> None:
         least = self.answer + self.least_prompt
         for ctx in self.lengths:
             if ctx < least:
                 raise InputError(f"context {ctx} leaves no room for a prompt: use at least {least}")
+            if ctx < self.generated + self.least_prompt:
+                budget, most = self.thinking - MARGIN, ctx - least - MARGIN
+                advice = f"use at most --thinking-budget {most}" if most >= 1 else "leave it out"
+                raise InputError(
+                    f"--thinking-budget {budget} leaves no room for the answer at context {ctx}: {advice}, "
+                    "or a longer --ctx"
+                )
 
 
 @dataclass(frozen=True)
@@ -273,7 +294,9 @@ def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], fl
     check_run_options(tasks, task, config)
     if task.running.budget is not None:
         task.running.budget(RunContext.of(config)).check()
-    check_backend(name, task.running.needs, config.backend)
+    # a thinking phase stops at the model's end-marker ids: an engine that cannot is refused before any work
+    thinking = {"thinking"} if config.thinking_budget is not None else set()
+    check_backend(name, task.running.needs | thinking, config.backend)
     if config.batch_size is None:
         config = replace(config, batch_size=default_batch_size(config.backend))
     return config

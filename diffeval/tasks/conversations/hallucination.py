@@ -26,11 +26,12 @@ from diffeval.data import hallucination as data
 from diffeval.judges import Judge, JudgeItem, make_judge
 from diffeval.models.backend import Backend, Generation
 from diffeval.records import MayBeAbsent, Record, sample_id
+from diffeval.tasks import thinking
 from diffeval.tasks.base import ContextBudget, Listing, Reporting, RunContext, Running, Scoring, Task, Viewing
 from diffeval.tasks.conversations.hallucination_options import HallucinationOptions
 from diffeval.tasks.conversations.hallucination_report import paper_coverage, plots, sample_view, tables
 from diffeval.tasks.conversations.judging import judge_generations
-from diffeval.tasks.conversations.prompts import fit_prompt
+from diffeval.tasks.conversations.prompts import answer_prefix, fit_prompt, fit_prompt_text
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ def check_inputs(context: RunContext[HallucinationOptions]) -> None:
 
 def _make_judge(context: RunContext[HallucinationOptions], spec: str) -> Judge:
     options = context.options
-    return make_judge(
+    return make_judge(  # a judge that is a reasoning model reads its verdict after its thinking
         spec,
         options.judge_cache,
         timeout=options.judge_timeout,
@@ -70,36 +71,43 @@ def _make_judge(context: RunContext[HallucinationOptions], spec: str) -> Judge:
         concurrency=options.judge_concurrency,
         device=context.device,
         backend=options.judge_backend,
+        thinking_budget=options.judge_thinking_budget,
     )
 
 
 def evaluate(
     batch: list[HallucinationSample], backend: Backend, context: RunContext[HallucinationOptions]
 ) -> list[Record]:
-    """The chunk's generations, one engine call per dataset in it (output lengths differ); judged later, by `judge`."""
-    ctx = context.lengths[0]
+    """The chunk's generations, one engine call per dataset in it (output lengths differ); judged later, by `judge`.
+    With a thinking budget, each output is the answer read after the model's thinking, and a sample whose thinking
+    never closed is an outcome of its own, never judged."""
+    ctx, reserved = context.lengths[0], thinking.reserve(context)
     start = time.perf_counter()
-    fitted = [fit_prompt(data.SPECS[s.dataset], s.document, backend, ctx - data.SPECS[s.dataset].max_new_tokens,
-                         context.chat_template) for s in batch]  # fmt: skip
+    fitted = [fit_prompt_text(data.SPECS[s.dataset], s.document, backend,
+                              ctx - data.SPECS[s.dataset].max_new_tokens - reserved, context.chat_template, reserved)
+              for s in batch]  # fmt: skip
     fitting = (time.perf_counter() - start) / len(batch)
     outputs: dict[int, Generation] = {}
     for name in dict.fromkeys(s.dataset for s in batch):  # each dataset has its own output length and stop strings
         spec, same = data.SPECS[name], [i for i, s in enumerate(batch) if s.dataset == name]
-        outputs.update(zip(same, backend.generate([fitted[i][0] for i in same], spec.max_new_tokens, list(spec.stop))))
+        asks = [thinking.Ask(fitted[i][0], fitted[i][2], answer_prefix(spec)) for i in same]
+        outputs.update(zip(same, thinking.generate(backend, context, asks, spec.max_new_tokens, list(spec.stop))))
     records = []
     for i, sample in enumerate(batch):
-        (ids, cut), out = fitted[i], outputs[i]
+        (ids, cut, _), out = fitted[i], outputs[i]
         fields = {
             "dataset": sample.dataset,
             "id": sample.document.id,
             "truncated_tokens": cut,
             "output": out.text,
             "reference": sample.document.reference,
+            **thinking.thinking_fields(out, outcome=False),  # the judge stage writes the outcome
         }
+        if not thinking.answered(out):
+            fields["outcome"] = thinking.UNCLOSED
         seconds = fitting + out.seconds
-        records.append(
-            Record("hallucination", backend.info.name, sample.sample_id, len(ids), out.new_tokens, seconds, fields)
-        )
+        records.append(Record("hallucination", backend.info.name, sample.sample_id, len(ids),
+                              thinking.generated_tokens(out), seconds, fields))  # fmt: skip
     return records
 
 
@@ -129,9 +137,9 @@ def sizing(samples: list[HallucinationSample], tokenizer, context: RunContext[Ha
     prompt = generated = 0
     for sample in samples:
         spec = data.SPECS[sample.dataset]
-        room = context.lengths[0] - spec.max_new_tokens
+        room = context.lengths[0] - spec.max_new_tokens - thinking.reserve(context)
         prompt += len(fit_prompt(spec, sample.document, tokenizer, room, context.chat_template)[0])
-        generated += spec.max_new_tokens
+        generated += spec.max_new_tokens + (thinking.budget(context) or 0)
     return prompt, generated
 
 
@@ -150,6 +158,7 @@ RECORD_SCHEMA = {
     "output": MayBeAbsent(str),
     "reference": MayBeAbsent(str),
     "judge_rationale": MayBeAbsent(str | None),
+    **{name: kind for name, kind in thinking.THINKING_SCHEMA.items() if name != "outcome"},  # a thinking run's
 }
 
 
@@ -160,14 +169,14 @@ def budget(context: RunContext[HallucinationOptions]) -> ContextBudget:
     """Each sample reserves its dataset's output length (LongBench's), so each length holds the longest of the run's
     datasets beside a prompt."""
     answer = max(data.SPECS[name].max_new_tokens for name in context.options.datasets)
-    return ContextBudget(context.lengths, answer, MIN_PROMPT_TOKENS)
+    return ContextBudget(context.lengths, answer, MIN_PROMPT_TOKENS, thinking=thinking.reserve(context))
 
 
 TASK = Task(
     name="hallucination",
     help="Contextual hallucination on summarization and QA (paper Table 4), judged.",
     options=HallucinationOptions,
-    run_options=("chat_template",),
+    run_options=("chat_template", *thinking.RUN_OPTIONS),
     running=Running(
         make_samples=make_samples,
         evaluate=evaluate,
@@ -184,6 +193,7 @@ TASK = Task(
             "table4": "Table 4 layout: fraction judged hallucination-free",
             "table4_proxy": "Table 4 layout, PROXY (overlap judge): fraction with few unsupported units; not a "
             "hallucination rate",
+            # a thinking run's also counts thinking_unclosed and the mean thinking_tokens (its note says so)
             "judging": "Judging: samples, outcomes (faithful, hallucinated, degenerate, unparsed), truncated prompts, "
             "judge",
             "judges": "Judges: each judge's accuracy per model, and Cohen's kappa with the primary judge (95 % "
@@ -198,7 +208,7 @@ TASK = Task(
         summary_keys=["model", "dataset"],
         pair_keys=["dataset"],
         metrics={"accuracy": "score"},
-        decimals={"degenerate": 0, "unparsed": 0},  # counts, beside the paper's rows
+        decimals={"degenerate": 0, "unparsed": 0, thinking.UNCLOSED: 0},  # counts, beside the paper's rows
         plots=plots,
     ),
     viewing=Viewing(

@@ -40,6 +40,15 @@ class HallucinationOptions:
         "repeat for more judges: the first is primary, the others are compared with it",
     )
     judge_backend: str = option("hf", help="engine of an hf:PATH judge: hf | vllm [default: hf]")
+    # "set": runs without it keep their identity and run.json
+    judge_thinking_budget: int | None = option(
+        None,
+        help="tokens a judge that is a reasoning model may think before its verdict, which is read after the "
+        "thinking [default: no thinking phase]",
+        type=int,
+        identity="set",
+        applies=(lambda o: any(j != "overlap" for j in o.judge), "with an hf:, openai: or openai-compatible: --judge"),
+    )
     data_dir: str | None = option(
         None,
         help="read local JSONL files (../shared/datasets/hallucination layout)",
@@ -78,5 +87,7 @@ class HallucinationOptions:
             raise InputError(
                 f"--judge-backend {self.judge_backend} runs hf:PATH judges, and no --judge is one: leave it out"
             )
+        if self.judge_thinking_budget is not None and self.judge_thinking_budget < 1:
+            raise InputError(f"--judge-thinking-budget {self.judge_thinking_budget}: give at least 1, or leave it out")
         if self.samples < 1 or self.judge_retries < 0 or self.judge_concurrency < 1 or self.judge_timeout <= 0:
             raise InputError("--samples and --judge-concurrency must be at least 1, --judge-timeout positive")

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from diffeval.data import hallucination as data
 from diffeval.errors import InputError
 from diffeval.paper import TABLE4, coverage
+from diffeval.tasks import thinking
 from diffeval.tasks.base import RunContext, with_cells, with_rows
 from diffeval.tasks.conversations.hallucination_options import HallucinationOptions
 from diffeval.tasks.conversations.judging import judge_agreement
@@ -46,9 +47,15 @@ def tables(records: pd.DataFrame, options: HallucinationOptions, paper: bool = F
     table = judged.pivot_table(index="model", columns="dataset", values="score", aggfunc="mean", sort=False)
     order = [d for d in data.DATASETS if d in table.columns]
     table = table[order]
+    thought = thinking.has_thinking(records)  # a thinking run's: its unclosed thinking counted beside
+    if thought:  # a model whose thinking never closed on any sample has a row too
+        table = table.reindex(list(dict.fromkeys(records["model"])))
+        table.index.name = "model"
     outcomes = records.groupby("model", sort=False)["outcome"]
     table["degenerate"] = outcomes.apply(lambda o: int((o == "degenerate").sum()))
     table["unparsed"] = outcomes.apply(lambda o: int((o == "unparsed").sum()))
+    if thought:
+        table[thinking.UNCLOSED] = outcomes.apply(lambda o: int((o == thinking.UNCLOSED).sum()))
     row_cells = [{"model": m} for m in table.index]
     proxy = (records["judge_kind"] == "proxy").any()
     if paper and not proxy:  # a proxy is not the paper's measurement: no paper rows beside it
@@ -56,6 +63,7 @@ def tables(records: pd.DataFrame, options: HallucinationOptions, paper: bool = F
         table = with_rows(table, paper_rows)
     columns = [{"dataset": d, "verdict": [True, False]} for d in order]
     columns += [{"outcome": "degenerate"}, {"outcome": "unparsed"}]
+    columns += [{"outcome": thinking.UNCLOSED}] if thought else []
     table = with_cells(table.round(3), row_cells, columns)
     out = {"table4_proxy" if proxy else "table4": table}
     counts = records.groupby(["model", "dataset"], sort=False).agg(
@@ -64,6 +72,14 @@ def tables(records: pd.DataFrame, options: HallucinationOptions, paper: bool = F
         hallucinated=("outcome", lambda o: int((o == "hallucinated").sum())),
         degenerate=("outcome", lambda o: int((o == "degenerate").sum())),
         unparsed_verdicts=("outcome", lambda o: int((o == "unparsed").sum())),
+        **(
+            {
+                thinking.UNCLOSED: ("outcome", lambda o: int((o == thinking.UNCLOSED).sum())),
+                "thinking_tokens": ("thinking_tokens", "mean"),
+            }
+            if thought
+            else {}
+        ),
         truncated=("truncated_tokens", lambda t: int((t > 0).sum())),
     )
     counts["judge"] = records.groupby(["model", "dataset"], sort=False)["judge"].first()
@@ -71,7 +87,7 @@ def tables(records: pd.DataFrame, options: HallucinationOptions, paper: bool = F
     agreement = judge_agreement(records)
     if agreement is not None:
         out["judges"] = agreement
-    return out
+    return thinking.with_thinking_note(out, records)
 
 
 def _with_outcomes(records: pd.DataFrame) -> pd.DataFrame:
@@ -118,10 +134,19 @@ def sample_view(
         Text([first.get("reference") or ""], style="paragraph", title="Reference"),
     ]
     verdicts = {True: "hallucination-free", False: "hallucinated", None: "verdict unparsed"}
+
+    def label(record: dict) -> str:
+        return "thinking unclosed" if record.get("outcome") == thinking.UNCLOSED else verdicts[record.get("verdict")]
+
+    def thought(record: dict) -> list:  # a thinking run's: the thinking and its length
+        if record.get("thinking_tokens") is None:
+            return []
+        return [Field("thinking tokens", record.get("thinking_tokens")), Field("thinking", record.get("thinking"))]
+
     outputs = [
-        Output(model, record.get("output"), record.get("verdict"), verdicts[record.get("verdict")], [
+        Output(model, record.get("output"), record.get("verdict"), label(record), [
             Field("judge", record.get("judge")), Field("rationale", record.get("judge_rationale") or "—"),
-            Field("document tokens cut", record.get("truncated_tokens")),
+            Field("document tokens cut", record.get("truncated_tokens")), *thought(record),
         ])
         for model, record in records.items()
     ]  # fmt: skip

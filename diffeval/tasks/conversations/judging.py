@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from diffeval.judges import Judge, JudgeItem
 from diffeval.records import Record
 from diffeval.tasks.base import with_cells
+from diffeval.tasks.thinking import UNCLOSED, UNCLOSED_REASON
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import numpy as np
@@ -44,7 +45,8 @@ def judge_generations(
     `open_judge` a judge of a --judge spec). Degenerate outputs are recorded without a judge. Further judges judge
     every output first, one loaded at a time, their verdicts cached; then the primary judges as many per call as it
     takes at once, and each record carries every judge's verdict."""
-    reasons = [degenerate(row["output"]) for row in generations]
+    # thinking that never closed has no output to judge (tasks/thinking.py); else an empty or degenerate output
+    reasons = [UNCLOSED_REASON if row.get("outcome") == UNCLOSED else degenerate(row["output"]) for row in generations]
     judged = [row for row, reason in zip(generations, reasons) if reason is None]
     others: dict[str, dict[tuple[str, str], bool | None]] = {}  # judge id → (model, sample id) → verdict
     for spec in judges[1:]:
@@ -62,7 +64,9 @@ def judge_generations(
             verdicts = dict(zip(map(_key, live), primary.judge(items(live)))) if live else {}
             for row, reason in zip(chunk, chunk_reasons):
                 record = Record.from_dict(row)
-                if reason is not None:
+                if reason == UNCLOSED_REASON:  # no answer: no verdict and no score (degenerate output scores 0)
+                    outcome, free, rationale = UNCLOSED, None, reason
+                elif reason is not None:
                     outcome, free, rationale = "degenerate", None, reason
                 else:
                     verdict = verdicts[_key(row)]
@@ -100,7 +104,7 @@ def judge_agreement(records: pd.DataFrame) -> pd.DataFrame | None:
 
     if "other_verdicts" not in records or not records["other_verdicts"].map(bool, na_action="ignore").any():
         return None
-    live = records[records["outcome"] != "degenerate"]
+    live = records[~records["outcome"].isin(["degenerate", UNCLOSED])]
     primary = live["judge"].iloc[0]
     verdicts = {primary: live["verdict"]}
     for judge_id in dict.fromkeys(k for found in live["other_verdicts"].dropna() for k in found):

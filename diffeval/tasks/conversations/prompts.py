@@ -50,21 +50,39 @@ def fit_prompt(
 ) -> tuple[list[int], int]:
     """The prompt's token ids within `budget`, cutting the middle of the document (never the template, nor the chat
     template's turns); and how many tokens were cut."""
-    ids = backend.encode(prompt_text(spec, doc.context, doc.question, backend, chat_template)).ids
+    ids, cut, _ = fit_prompt_text(spec, doc, backend, budget, chat_template)
+    return ids, cut
+
+
+def fit_prompt_text(
+    spec: PromptTemplate,
+    doc: GivenDocument,
+    backend: Backend,
+    budget: int,
+    chat_template: bool = False,
+    thinking: int = 0,
+) -> tuple[list[int], int, str]:
+    """`fit_prompt`, and the prompt's text (a thinking run moves its answer prefix after the thinking). thinking: the
+    tokens the context reserves for a thinking phase beside the budget and the answer (named in the refusal's
+    --ctx)."""
+    text = prompt_text(spec, doc.context, doc.question, backend, chat_template)
+    ids = backend.encode(text).ids
     if len(ids) <= budget:
-        return ids, 0
+        return ids, 0, text
     context = backend.encode(doc.context, special_tokens=False).ids
     cut = len(ids) - budget
     while True:  # decoding and re-encoding the two halves can shift a few tokens: cut until it fits
         keep = max(len(context) - cut, 0)
         head = backend.decode(context[: keep // 2])
         tail = backend.decode(context[len(context) - (keep - keep // 2) :]) if keep else ""
-        ids = backend.encode(prompt_text(spec, head + tail, doc.question, backend, chat_template)).ids
+        text = prompt_text(spec, head + tail, doc.question, backend, chat_template)
+        ids = backend.encode(text).ids
         if len(ids) <= budget:
-            return ids, len(context) - keep
+            return ids, len(context) - keep, text
         if keep == 0:  # the template and question alone exceed the budget: no cut of the document helps
+            beside = f"the answer's {spec.max_new_tokens}" + (f" and the thinking's {thinking}" if thinking else "")
             raise InputError(
-                f"--ctx {budget + spec.max_new_tokens}: the prompt without any document takes {len(ids)} tokens, more "
-                f"than the {budget} left beside the answer's {spec.max_new_tokens}: use a longer --ctx"
+                f"--ctx {budget + spec.max_new_tokens + thinking}: the prompt without any document takes {len(ids)} "
+                f"tokens, more than the {budget} left beside {beside}: use a longer --ctx"
             )
         cut += len(ids) - budget

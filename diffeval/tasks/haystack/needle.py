@@ -22,6 +22,7 @@ from diffeval.data.cities import CITIES
 from diffeval.longctx import scoring
 from diffeval.models.backend import Backend
 from diffeval.records import MayBeAbsent
+from diffeval.tasks import thinking
 from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Scoring, Task, Viewing
 from diffeval.tasks.haystack import samples, tables
 from diffeval.tasks.haystack.needle_options import NeedleOptions
@@ -29,6 +30,7 @@ from diffeval.tasks.haystack.needle_report import needle_plots, needle_tables, p
 from diffeval.tasks.haystack.recipe import Recipe, check_haystack, running
 from diffeval.tasks.haystack.samples import ANSWER, DISTRACTOR, HaystackPrompt, HaystackSample, Insert
 from diffeval.tasks.haystack.view import sample_view_for
+from diffeval.tasks.thinking import THINKING_SCHEMA
 
 INSTRUCTION = (
     "Some special magic numbers are hidden within the following text. Make sure to memorize it. "
@@ -138,9 +140,10 @@ def token_limit(sample: HaystackSample, tokenizer: Any, context: RunContext[Any]
 SPANS = {"needles": list[list[int]], "numbers": list[list[int]], "haystack": list[int]}
 RECORD_SCHEMA = {
     "ctx": int, "depth": int, "needles": int, "queries": int, "numbers": list[str], "expected": list[str],
-    "output": str, "score": float, "correct": bool,
+    "output": str, "score": float | None, "correct": bool | None,  # null: thinking that never closed
     "hit_token_limit": MayBeAbsent(bool),  # kept since the token limit was recorded
     "seed": MayBeAbsent(int), "index": MayBeAbsent(int), "spans": MayBeAbsent(SPANS), "prompt_tokens": MayBeAbsent(int),
+    **THINKING_SCHEMA,  # a thinking run's (--thinking-budget)
 }  # fmt: skip
 
 
@@ -150,7 +153,8 @@ MIN_PROMPT_TOKENS = 65  # the least prompt a context must leave beside the answe
 def budget(context: RunContext[NeedleOptions]) -> ContextBudget:
     """Each length holds a prompt and the answer's token limit: --max-new-tokens, else at least MIN_NEW_TOKENS (the
     rest of a longer expected answer is fitted per sample, `token_limit`)."""
-    return ContextBudget(context.lengths, context.max_new_tokens or MIN_NEW_TOKENS, MIN_PROMPT_TOKENS)
+    answer = context.max_new_tokens or MIN_NEW_TOKENS
+    return ContextBudget(context.lengths, answer, MIN_PROMPT_TOKENS, thinking=thinking.reserve(context))
 
 
 def rebuild(recipe: Recipe, options: NeedleOptions, record: dict[str, Any]) -> HaystackSample:
@@ -165,7 +169,7 @@ TASK = Task(
     name="needle",
     help="Multi-needle needle-in-a-haystack (paper Table 2 / Figure 5).",
     options=NeedleOptions,
-    run_options=("chat_template", "max_new_tokens"),
+    run_options=("chat_template", "max_new_tokens", *thinking.RUN_OPTIONS),
     running=running(RECIPE, budget, check_haystack),
     reporting=Reporting(
         tables=needle_tables,
@@ -176,6 +180,7 @@ TASK = Task(
             "the token limit",
             "depth_grid": tables.DEPTH_GRID_TITLE,
             "effective_length": f"{tables.EFFECTIVE_LENGTH_TITLE}, as the 2.5th-97.5th percentile lengths",
+            "thinking": thinking.TITLE,
         },
         note=(
             "accuracy = mean per-sample score (fraction of the R queried numbers found in the output), "
@@ -186,7 +191,7 @@ TASK = Task(
         pair_keys=["ctx", "needles", "queries"],
         metrics={"accuracy": "score"},
         # a count in a column that missing values (models without an effective length) turn into floats
-        decimals={"resamples with base below floor": 0},
+        decimals={"resamples with base below floor": 0, thinking.UNCLOSED: 0},
         plots=needle_plots,
     ),
     viewing=Viewing(sample_view=sample_view_for(RECIPE)),

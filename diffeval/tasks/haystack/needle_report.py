@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from diffeval.longctx import scoring
 from diffeval.longctx.lengths import parse_format_ctx
 from diffeval.paper import TABLE2, coverage
+from diffeval.tasks import thinking
 from diffeval.tasks.base import with_cells, with_rows
 from diffeval.tasks.blocks import Mark
 from diffeval.tasks.haystack import plots, tables
@@ -25,8 +26,9 @@ if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions
 def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
     """The records scored by `rule` from their stored outputs, with the rule-independent answer diagnostics:
     `unqueried_numbers` (the output names a number of a needle that was not asked for) and `precision` (expected
-    numbers found ÷ distinct numbers in the output; empty where the output has none)."""
-    scored = [scoring.score(output, expected, rule) for output, expected in zip(records["output"], records["expected"])]
+    numbers found ÷ distinct numbers in the output; empty where the output has none). A sample whose thinking never
+    closed has no answer: its score stays null."""
+    scored = thinking.scored_or_null(records, lambda output, expected: scoring.score(output, expected, rule))
     found = [scoring.numbers_in(output) for output in records["output"]]
     unqueried = [
         bool(found_here & (set(numbers) - set(expected)))
@@ -36,7 +38,7 @@ def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
         len(found_here & set(expected)) / len(found_here) if found_here else float("nan")
         for found_here, expected in zip(found, records["expected"])
     ]
-    return records.assign(score=[value for value, _ in scored], correct=[correct for _, correct in scored],
+    return records.assign(score=[value for value, _ in scored], correct=thinking.nullable([c for _, c in scored]),
                           unqueried_numbers=unqueried, precision=precision)  # fmt: skip
 
 
@@ -58,13 +60,16 @@ def needle_tables(records: pd.DataFrame, options: NeedleOptions, paper: bool = F
             for m, cells in TABLE2.items()
         }
         table2 = with_rows(table2, pd.DataFrame.from_dict(rows, orient="index"))
-    out = {"table2": with_cells(table2.round(3), row_cells, column_cells)}
+    table2 = with_cells(table2.round(3), row_cells, column_cells)
+    out = {"table2": tables.with_unclosed_column(table2, frame, len(row_cells))}
     out["answers"] = tables.answers_table(
         frame, {"unqueried_numbers": ("unqueried_numbers", "mean"), "precision": ("precision", "mean")}
     )
     if len(lengths) > 1:
         out["effective_length"] = tables.effective_length_table(frame, options.base_lengths)
-    return {**out, **tables.depth_grids(frame, lengths)}
+    if thinking.has_thinking(frame):
+        out["thinking"] = thinking.thinking_table(frame)
+    return thinking.with_thinking_note({**out, **tables.depth_grids(frame, lengths)}, frame)
 
 
 def _cell(length: str, nr: str) -> dict:

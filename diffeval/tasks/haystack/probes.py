@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from diffeval.longctx import scoring
 from diffeval.longctx.lengths import parse_format_ctx
 from diffeval.records import MayBeAbsent
+from diffeval.tasks import thinking
 from diffeval.tasks.base import ContextBudget, Reporting, RunContext, Scoring, Task, Viewing, with_cells
 from diffeval.tasks.haystack import plots, tables
 from diffeval.tasks.haystack.recipe import Recipe, running
@@ -36,24 +37,26 @@ RECORD_SCHEMA = {
     "expected": list[str],
     "distractor_values": list[str],
     "output": str,
-    "score": float,
-    "correct": bool,
+    "score": float | None,  # null: thinking that never closed (a thinking run's)
+    "correct": bool | None,
     "hit_token_limit": bool,
     "spans": MayBeAbsent(dict),
     "prompt_tokens": MayBeAbsent(int),
+    **thinking.THINKING_SCHEMA,
 }
 
 
 def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
     """The records scored by `rule` from their stored outputs, with `distractor_named`: the output holds a
-    distractor's value (an answer copied from the wrong needle or chain)."""
-    scored = [scoring.score(output, expected, rule) for output, expected in zip(records["output"], records["expected"])]
+    distractor's value (an answer copied from the wrong needle or chain). A sample whose thinking never closed has no
+    answer: its score stays null."""
+    scored = thinking.scored_or_null(records, lambda output, expected: scoring.score(output, expected, rule))
     named = [
         any(value.lower() in output.lower() for value in values)
         for output, values in zip(records["output"], records["distractor_values"])
     ]
     return records.assign(
-        score=[value for value, _ in scored], correct=[correct for _, correct in scored], distractor_named=named
+        score=[value for value, _ in scored], correct=thinking.nullable([c for _, c in scored]), distractor_named=named
     )
 
 
@@ -69,7 +72,8 @@ def tables_for(recipe: Recipe, extra_tables: dict[str, Callable] | None = None) 
         floor = [(length, s) for length, s in scores.columns if (scores[(length, s)] <= FLOOR).all()]
         multi_setting = len(settings) > 1
         scores.columns = [f"{length} {s}" if multi_setting else length for length, s in scores.columns]
-        out["scores"] = with_cells(scores.round(3), [{"model": m} for m in scores.index], column_cells)
+        scores = with_cells(scores.round(3), [{"model": m} for m in scores.index], column_cells)
+        out["scores"] = tables.with_unclosed_column(scores, frame, len(scores.index))
         out["floor"] = floor_table(floor, frame)
         out["answers"] = tables.answers_table(
             frame, {"all_found": ("correct", "mean"), "distractor_named": ("distractor_named", "mean")}
@@ -78,9 +82,11 @@ def tables_for(recipe: Recipe, extra_tables: dict[str, Callable] | None = None) 
             out.update(tables.depth_grids(frame, lengths))
         if len(lengths) > 1:
             out["effective_length"] = tables.effective_lengths_by_setting(frame, settings, options.base_lengths)
+        if thinking.has_thinking(frame):
+            out["thinking"] = thinking.thinking_table(frame)
         for key, make in (extra_tables or {}).items():
             out[key] = make(records, options)
-        return out
+        return thinking.with_thinking_note(out, frame)
 
     return probe_tables
 
@@ -118,12 +124,13 @@ def probe_task(recipe: Recipe, options: type, help: str, note: str, token_limit:
     record fields they read) are the recipe's own."""
 
     def budget(context: RunContext[Any]) -> ContextBudget:
-        return ContextBudget(context.lengths, token_limit, MIN_PROMPT_TOKENS)
+        return ContextBudget(context.lengths, token_limit, MIN_PROMPT_TOKENS, thinking=thinking.reserve(context))
 
     return Task(
         name=recipe.name,
         help=help,
         options=options,
+        run_options=("chat_template", *thinking.RUN_OPTIONS),
         running=running(recipe, budget, check_inputs),
         reporting=Reporting(
             tables=tables_for(recipe, extra_tables),
@@ -134,13 +141,14 @@ def probe_task(recipe: Recipe, options: type, help: str, note: str, token_limit:
                 "stopped at the token limit",
                 "depth_grid": tables.DEPTH_GRID_TITLE,
                 "effective_length": tables.EFFECTIVE_LENGTH_TITLE,
+                "thinking": thinking.TITLE,
                 **(titles or {}),
             },
             note=note,
             summary_keys=["model", "ctx", "depth", "setting"] if recipe.has_depth else ["model", "ctx", "setting"],
             pair_keys=["ctx", "setting"],
             metrics={"accuracy": "score"},
-            decimals={"resamples with base below floor": 0},
+            decimals={"resamples with base below floor": 0, thinking.UNCLOSED: 0},
             plots=plots_for(recipe),
             floor=FLOOR,
         ),

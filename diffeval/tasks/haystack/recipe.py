@@ -27,6 +27,7 @@ from diffeval.longctx.lengths import format_ctx
 from diffeval.models.backend import Backend, Generation
 from diffeval.models.spec import builtin_models
 from diffeval.records import Record
+from diffeval.tasks import thinking
 from diffeval.tasks.base import ContextBudget, RunContext, Running
 from diffeval.tasks.haystack.samples import (
     DISTRACTOR,
@@ -126,8 +127,8 @@ def check_haystack(context: RunContext[Any]) -> None:
 
 
 def prompt_budget(recipe: Recipe, sample: HaystackSample, backend: Backend, context: RunContext[Any]) -> int:
-    """The tokens the sample's prompt may take: its length less the answer it reserves."""
-    return sample.ctx - recipe.token_limit(sample, backend, context)
+    """The tokens the sample's prompt may take: its length less the answer (and the thinking) it reserves."""
+    return sample.ctx - recipe.token_limit(sample, backend, context) - thinking.reserve(context)
 
 
 def fitted_prompt(recipe: Recipe, sample: HaystackSample, backend: Backend, context: RunContext[Any]) -> HaystackPrompt:
@@ -197,11 +198,13 @@ def prepare_batch_with(recipe: Recipe) -> Callable[..., list[Prepared]]:
 
 def evaluate_with(recipe: Recipe) -> Callable[..., list[Record]]:
     def evaluate(batch: list[Prepared], backend: Backend, context: RunContext[Any]) -> list[Record]:
-        """Greedy answers for one batch on one model, as scored records; one generate call per token limit."""
+        """Greedy answers for one batch on one model, as scored records; one generate call per token limit (with a
+        thinking budget, each answer read after its thinking: tasks/thinking.py)."""
         outputs: dict[int, Generation] = {}
         for limit in dict.fromkeys(limit for _, _, limit in batch):
             same = [i for i, (_, _, each) in enumerate(batch) if each == limit]
-            outputs.update(zip(same, backend.generate([batch[i][1].ids for i in same], limit, STOP)))
+            asks = [thinking.Ask(batch[i][1].ids, batch[i][1].text, batch[i][0].answer_prefix) for i in same]
+            outputs.update(zip(same, thinking.generate(backend, context, asks, limit, STOP)))
         return [record(recipe, s, p, backend.info.name, outputs[i], limit) for i, (s, p, limit) in enumerate(batch)]
 
     return evaluate
@@ -209,7 +212,9 @@ def evaluate_with(recipe: Recipe) -> Callable[..., list[Record]]:
 
 def record(recipe: Recipe, sample: HaystackSample, prompt: HaystackPrompt, model: str, output: Generation,
            token_limit: int) -> Record:  # fmt: skip
-    value, correct = scoring.score(output.text, sample.expected, recipe.rules[0])
+    # thinking that never closed has no answer: no score (left out of the scores, counted in every table)
+    answered = thinking.answered(output)
+    value, correct = scoring.score(output.text, sample.expected, recipe.rules[0]) if answered else (None, None)
     fields = {
         **recipe.describe(sample, prompt),
         "output": output.text,
@@ -217,10 +222,12 @@ def record(recipe: Recipe, sample: HaystackSample, prompt: HaystackPrompt, model
         "correct": correct,
         "generation_batch": output.batch,  # prompts that shared the forward pass (hf runs long prompts one at a time)
         "max_new_tokens": token_limit,
-        "hit_token_limit": output.new_tokens >= token_limit,  # the answer may have been cut short
+        "hit_token_limit": answered and output.new_tokens >= token_limit,  # the answer may have been cut short
+        **thinking.thinking_fields(output),
         **sample.record_fields,
     }
-    return Record(sample.task, model, sample.sample_id, len(prompt.ids), output.new_tokens, output.seconds, fields)
+    return Record(sample.task, model, sample.sample_id, len(prompt.ids), thinking.generated_tokens(output),
+                  output.seconds, fields)  # fmt: skip
 
 
 def sizing_for(recipe: Recipe) -> Callable[..., tuple[int, int]]:
@@ -242,7 +249,7 @@ def exact_sizing(recipe: Recipe, samples: list[HaystackSample], tokenizer: Any,
         if key not in exact:
             exact[key] = len(fitted_prompt(recipe, sample, tokenizer, context).ids)
         prompt_tokens += exact[key]
-        generated += recipe.token_limit(sample, tokenizer, context)
+        generated += recipe.token_limit(sample, tokenizer, context) + (thinking.budget(context) or 0)
     return prompt_tokens, generated
 
 
@@ -257,12 +264,13 @@ def estimated_sizing(recipe: Recipe, samples: list[HaystackSample], tokenizer: A
     for sample in samples:
         limit = recipe.token_limit(sample, tokenizer, context)
         seed = stream_seeds.setdefault(sample.ctx, sample.haystack_seed)
-        estimate = fitting.estimated_tokens(layout(sample), tokenizer, sample.haystack, seed, sample.ctx - limit,
+        budget = sample.ctx - limit - thinking.reserve(context)
+        estimate = fitting.estimated_tokens(layout(sample), tokenizer, sample.haystack, seed, budget,
                                             sample.ctx, context.chat_template, recipe.refusal(sample))  # fmt: skip
         if sample.ctx not in corrections:
             corrections[sample.ctx] = len(fitted_prompt(recipe, sample, tokenizer, context).ids) - estimate
         prompt_tokens += estimate + corrections[sample.ctx]
-        generated += limit
+        generated += limit + (thinking.budget(context) or 0)
     return prompt_tokens, generated
 
 

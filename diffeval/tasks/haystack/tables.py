@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from diffeval.longctx.lengths import BASE_FLOOR, EFFECTIVE_FRACTION, effective_lengths, format_ctx, parse_format_ctx
+from diffeval.tasks import thinking
 from diffeval.tasks.base import with_cells
 
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
@@ -36,13 +37,44 @@ def scores_by_setting(frame: pd.DataFrame, lengths: list[str], settings: list[st
 
 def answers_table(frame: pd.DataFrame, diagnostics: dict[str, tuple[str, str]]) -> pd.DataFrame:
     """Per model: samples, accuracy, the task's `diagnostics` (column → (record column, aggregation)), and samples
-    stopped at the token limit (records from before that field was kept count as not stopped)."""
+    stopped at the token limit (records from before that field was kept count as not stopped); a thinking run's also
+    count the samples whose thinking never closed (no answer, no score) and the mean thinking tokens."""
+    import pandas as pd
+
     frame = frame.assign(hit=frame["hit_token_limit"].fillna(False) if "hit_token_limit" in frame else False)
     table = frame.groupby("model", sort=False).agg(
         samples=("sample_id", "count"), accuracy=("score", "mean"), **diagnostics, at_token_limit=("hit", "sum")
     )
     table["at_token_limit"] = table["at_token_limit"].astype(int)
-    return with_cells(table.round(3), [{"model": m} for m in table.index], [{}] * table.shape[1])
+    for column in table.columns:  # a mean of nullable booleans (unclosed thinking's null `correct`): plain floats
+        if isinstance(table[column].dtype, pd.api.extensions.ExtensionDtype):
+            table[column] = table[column].to_numpy(dtype=float, na_value=float("nan"))
+    cells: list[dict] = [{}] * table.shape[1]
+    if thinking.has_thinking(frame):
+        table[thinking.UNCLOSED] = thinking.unclosed(frame).groupby(frame["model"]).sum().astype(int)
+        table["thinking_tokens"] = frame.groupby("model", sort=False)["thinking_tokens"].mean()
+        cells += [{"outcome": thinking.UNCLOSED}, {}]
+    return with_cells(table.round(3), [{"model": m} for m in table.index], cells)
+
+
+def with_unclosed_column(table: pd.DataFrame, frame: pd.DataFrame, rows: int) -> pd.DataFrame:
+    """`table` (rows = models, the first `rows` of them the records') with a last column counting each model's samples
+    whose thinking never closed (a thinking run's; other rows, the paper's, stay empty); a model none of whose samples
+    was scored (its thinking never closed) gets a row of its own. Cells keep their filters."""
+    if not thinking.has_thinking(frame):
+        return table
+    cells = table.attrs.get("cells") or {"rows": [{"model": m} for m in table.index], "columns": [{}] * table.shape[1],
+                                         "common": {}}  # fmt: skip
+    counts = thinking.unclosed(frame).groupby(frame["model"]).sum().astype(int)
+    ours = list(table.index[:rows])
+    missing = [model for model in dict.fromkeys(frame["model"]) if model not in ours]
+    order = [*ours, *missing, *table.index[rows:]]
+    names = table.index.names
+    table = table.reindex(order)
+    table.index.names = names
+    table[thinking.UNCLOSED] = [counts.get(model) if i < rows + len(missing) else None for i, model in enumerate(order)]
+    row_cells = [*cells["rows"][:rows], *({"model": m} for m in missing), *cells["rows"][rows:]]
+    return with_cells(table, row_cells, [*cells["columns"], {"outcome": thinking.UNCLOSED}], cells["common"])
 
 
 def depth_grids(frame: pd.DataFrame, lengths: list[str]) -> dict[str, pd.DataFrame]:
