@@ -83,6 +83,7 @@ _RATIONALE = re.compile(r"rationale\W{0,3}\s*(.+)", re.IGNORECASE | re.DOTALL)
 
 
 UNCLOSED_REPLY = "thinking unclosed"
+MIN_JUDGE_PROMPT = 64  # positions a reasoning hf judge keeps for the document, output and question it judges
 
 
 def after_thinking(reply: str) -> str | None:
@@ -95,12 +96,13 @@ def after_thinking(reply: str) -> str | None:
     return None if any(start in reply for start, _ in KNOWN) else reply
 
 
-def parse_verdict(reply: str) -> Verdict:
+def parse_verdict(reply: str, thinking: bool = False) -> Verdict:
     """The verdict from a line that is exactly `verdict: yes|no` (any case, punctuation around it), or from a JSON
     reply {"verdict": ...}; else unparsed (None). A reply that only mentions the format (it echoes the instruction
-    `"Verdict: yes" or "Verdict: no"`), or gives both answers on verdict lines, is unparsed. A reasoning model's reply
-    is read after its thinking (`after_thinking`); one whose thinking never closed is unparsed."""
-    answer_text = after_thinking(reply)
+    `"Verdict: yes" or "Verdict: no"`), or gives both answers on verdict lines, is unparsed. With `thinking` (a judge
+    given a thinking budget) the reply is read after its thinking (`after_thinking`), and one whose thinking never
+    closed is unparsed; without it the reply is read whole, as before thinking budgets."""
+    answer_text = after_thinking(reply) if thinking else reply
     if answer_text is None:
         return Verdict(None, UNCLOSED_REPLY)
     text = answer_text.strip()
@@ -222,12 +224,13 @@ class ChatJudge(Judge):
         if thinking_budget is not None:
             judge_id = f"{judge_id}@thinking={thinking_budget}"
         self.max_tokens = REPLY_TOKENS + (thinking_budget or 0)
+        self.thinking = thinking_budget is not None
         self.id, self.model, self.url = judge_id, model, base_url.rstrip("/") + "/chat/completions"
         self.timeout, self.retries, self.concurrency, self.backoff = timeout, retries, concurrency, backoff
         self.batch = concurrency  # a record per verdict as soon as the requests in flight return
 
     def _judge_one(self, item: JudgeItem, prompt: str) -> Verdict:
-        return parse_verdict(self._complete(prompt))
+        return parse_verdict(self._complete(prompt), thinking=self.thinking)
 
     def _complete(self, prompt: str) -> str:
         import httpx  # here, not at the top: the CLI imports this module at start-up
@@ -354,6 +357,11 @@ class HFJudge(Judge):
         )
         verdict_ids = prefix + query
         room = self.max_tokens - budget - len(verdict_ids) - max(map(len, words)) - MARGIN
+        if room < MIN_JUDGE_PROMPT:
+            raise InputError(
+                f"judge {self.id}: --judge-thinking-budget {budget} leaves {max(room, 0)} of its {self.max_tokens} "
+                f"positions for the prompt: use at most --judge-thinking-budget {budget - MIN_JUDGE_PROMPT + room}"
+            )
         heads = []
         for prompt in prompts:
             ids = backend.encode(backend.render_prompt(prompt, "", True)).ids

@@ -207,11 +207,12 @@ def test_generation_ids_without_an_end(scripted):
 
 def test_a_judges_verdict_is_read_after_its_thinking():
     thought = "<think>\nVerdict: no? The document says 12. Verdict: yes</think>\n\nVerdict: yes\nRationale: supported."
-    assert parse_verdict(thought).hallucination_free is True
-    assert parse_verdict("<think>Verdict: no</think>Verdict: yes").hallucination_free is True
-    unclosed = parse_verdict("<think>\nVerdict: yes, maybe")
+    assert parse_verdict(thought, thinking=True).hallucination_free is True
+    assert parse_verdict("<think>Verdict: no</think>Verdict: yes", thinking=True).hallucination_free is True
+    assert parse_verdict("<think>Verdict: no</think>Verdict: yes").hallucination_free is None  # no budget: whole reply
+    unclosed = parse_verdict("<think>\nVerdict: yes, maybe", thinking=True)
     assert unclosed.hallucination_free is None and unclosed.rationale == "thinking unclosed"
-    assert parse_verdict("Verdict: no\nRationale: made up.").hallucination_free is False  # no markers: as before
+    assert parse_verdict("Verdict: no\nRationale: made up.", thinking=True).hallucination_free is False  # no markers
 
 
 def test_a_reasoning_hf_judge_scores_its_verdict_after_thinking(scripted, tmp_path):

@@ -162,8 +162,8 @@ def split_at_answer_prefix(encoder: Encoder, ids: list[int], text: str, answer_p
     """The ids of a prompt (`ids`, encoded from `text`) without its answer prefix: what the model thinks after. They
     must be the first ids of the whole prompt's; a template whose generation prompt merges into the prefix's first
     token is refused in one line."""
-    if not text.endswith(answer_prefix):
-        raise ValueError(f"the prompt does not end with its answer prefix {answer_prefix!r}")
+    # every task renders its prompt as render_prompt(user, answer_prefix, ...), which ends in the prefix
+    assert text.endswith(answer_prefix), f"the prompt does not end with its answer prefix {answer_prefix!r}"
     if not answer_prefix:
         return list(ids)
     head = encoder.encode(text[: len(text) - len(answer_prefix)]).ids

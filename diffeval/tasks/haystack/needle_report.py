@@ -30,16 +30,17 @@ def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
     closed has no answer: its score stays null."""
     scored = thinking.scored_or_null(records, lambda output, expected: scoring.score(output, expected, rule))
     found = [scoring.numbers_in(output) for output in records["output"]]
+    closed = list(~thinking.unclosed(records))  # no answer, no diagnostic: unclosed thinking counts in neither
     unqueried = [
-        bool(found_here & (set(numbers) - set(expected)))
-        for found_here, numbers, expected in zip(found, records["numbers"], records["expected"])
+        bool(found_here & (set(numbers) - set(expected))) if keep else None
+        for found_here, numbers, expected, keep in zip(found, records["numbers"], records["expected"], closed)
     ]
     precision = [
-        len(found_here & set(expected)) / len(found_here) if found_here else float("nan")
-        for found_here, expected in zip(found, records["expected"])
+        len(found_here & set(expected)) / len(found_here) if found_here and keep else float("nan")
+        for found_here, expected, keep in zip(found, records["expected"], closed)
     ]
     return records.assign(score=[value for value, _ in scored], correct=thinking.nullable([c for _, c in scored]),
-                          unqueried_numbers=unqueried, precision=precision)  # fmt: skip
+                          unqueried_numbers=thinking.nullable(unqueried), precision=precision)  # fmt: skip
 
 
 def needle_tables(records: pd.DataFrame, options: NeedleOptions, paper: bool = False) -> dict[str, pd.DataFrame]:

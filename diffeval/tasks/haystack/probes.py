@@ -51,12 +51,15 @@ def rescore(records: pd.DataFrame, rule: str) -> pd.DataFrame:
     distractor's value (an answer copied from the wrong needle or chain). A sample whose thinking never closed has no
     answer: its score stays null."""
     scored = thinking.scored_or_null(records, lambda output, expected: scoring.score(output, expected, rule))
+    closed = ~thinking.unclosed(records)
     named = [
-        any(value.lower() in output.lower() for value in values)
-        for output, values in zip(records["output"], records["distractor_values"])
-    ]
+        any(value.lower() in output.lower() for value in values) if keep else None
+        for output, values, keep in zip(records["output"], records["distractor_values"], closed)
+    ]  # no answer, no diagnostic: a sample whose thinking never closed counts in neither direction
     return records.assign(
-        score=[value for value, _ in scored], correct=thinking.nullable([c for _, c in scored]), distractor_named=named
+        score=[value for value, _ in scored],
+        correct=thinking.nullable([c for _, c in scored]),
+        distractor_named=thinking.nullable(named),
     )
 
 
