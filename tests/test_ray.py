@@ -104,6 +104,7 @@ def test_a_killed_driver_resumes_and_a_second_driver_is_refused(tmp_path):
     out = tmp_path / "driver-killed"
     args = _args(out, "--ray", "--workers", "2")
     driver = _start(args)
+    agents: list[psutil.Process] = []  # none yet: a driver that failed before its records started no Ray instance
     try:
         _wait_for(out, 3, driver)
         second = run_cli_in_process(*args)
