@@ -270,6 +270,25 @@ def run_probed(tmp_path, *args: str, pythonpath: Path | None = None) -> tuple[su
     return result, json.loads(report.read_text())
 
 
+def changed_checkpoint(source: Path, folder: Path, tensors=None, config=None) -> Path:
+    """A copy of a checkpoint folder with its weights changed in place by `tensors(weights)` and its config.json
+    updated with the `config` dict: the damaged checkpoints the check-stage tests refuse."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(source, folder)
+    if tensors is not None:
+        weights = load_file(folder / "model.safetensors")
+        tensors(weights)
+        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
+    if config is not None:
+        data = json.loads((folder / "config.json").read_text())
+        data.update(config)
+        (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
 def run_cli_in_process(*args: str) -> subprocess.CompletedProcess:
     """The real command line in this process (no interpreter start-up): for the many fast-failing bad-input cases."""
     import contextlib

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from conftest import run_cli, run_cli_in_process
+from conftest import changed_checkpoint, run_cli, run_cli_in_process
 from diffeval.models import diff
 from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.engines.hf import HFBackend
@@ -192,19 +192,6 @@ def test_attention_logit_instruments_run_on_motif(motif_models, shape):
     assert sorted(stats) == [0, 1] and all(s.count == heads * 24 * 25 // 2 for s in stats.values())
 
 
-def _copy(source: Path, folder: Path, tensors=None, config=None) -> Path:
-    shutil.copytree(source, folder)
-    if tensors is not None:
-        weights = load_file(folder / "model.safetensors")
-        tensors(weights)
-        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    if config is not None:
-        data = json.loads((folder / "config.json").read_text())
-        data.update(config)
-        (folder / "config.json").write_text(json.dumps(data))
-    return folder
-
-
 def _refusal(folder: Path, out: Path) -> str:
     result = run_cli_in_process("run", "needle", "-m", f"motif={folder}", "--ctx", "512", "--depths", "50",
                                 "--samples", "1", "--out", str(out))  # fmt: skip
@@ -228,14 +215,14 @@ def _refusal(folder: Path, out: Path) -> str:
     ],
 )
 def test_configs_diffeval_cannot_run_exactly_are_one_line(motif_models, tmp_path, change, expected):
-    folder = _copy(motif_models["mha"], tmp_path / "changed", config=change)
+    folder = changed_checkpoint(motif_models["mha"], tmp_path / "changed", config=change)
     line = _refusal(folder, tmp_path / "run")
     assert expected in line and "model motif" in line
 
 
 @pytest.mark.parametrize("tensor", ["model.layers.1.mlp.act_fn.weight", "model.layers.0.self_attn.lambda_k2"])
 def test_weights_without_polynorm_or_lambda_tensors_are_refused(motif_models, tmp_path, tensor):
-    folder = _copy(motif_models["mha"], tmp_path / "missing", tensors=lambda weights: weights.pop(tensor))
+    folder = changed_checkpoint(motif_models["mha"], tmp_path / "missing", tensors=lambda weights: weights.pop(tensor))
     line = _refusal(folder, tmp_path / "run")
     assert f"do not match MotifForCausalLM (missing {tensor})" in line
 
@@ -260,7 +247,7 @@ def test_icl_runs_on_motif_through_the_cli(motif_models, tmp_path):
 )
 def test_a_supplied_modeling_motif_agrees_with_diffeval(motif_models, tmp_path):
     """`--trust-remote-code` runs a checkpoint's own modeling file: given one, its logits equal diffeval's class's."""
-    folder = _copy(motif_models["mha"], tmp_path / "remote")
+    folder = changed_checkpoint(motif_models["mha"], tmp_path / "remote")
     shutil.copy(os.environ["DIFFEVAL_MOTIF_MODELING"], folder / "modeling_motif.py")
     data = json.loads((folder / "config.json").read_text())
     data["auto_map"] = {"AutoModelForCausalLM": "modeling_motif.MotifForCausalLM"}

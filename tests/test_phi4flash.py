@@ -6,14 +6,13 @@ against the independent reference, and greedy decoding through the cache, are th
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from conftest import run_cli_in_process
+from conftest import changed_checkpoint, run_cli_in_process
 from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.engines.hf import HFBackend
 from diffeval.models.spec import ModelSpec
@@ -185,19 +184,6 @@ def test_inspect_shows_the_layer_pattern_and_lambda_of_each_diff_layer(flash):
     assert [cell for cell in cells if cell.isdigit()] == ["1", "3", "5", "7"]  # the λ table's rows
 
 
-def _copy(source: Path, folder: Path, tensors=None, config=None) -> Path:
-    shutil.copytree(source, folder)
-    if tensors is not None:
-        weights = load_file(folder / "model.safetensors")
-        tensors(weights)
-        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    if config is not None:
-        data = json.loads((folder / "config.json").read_text())
-        data.update(config)
-        (folder / "config.json").write_text(json.dumps(data))
-    return folder
-
-
 def _refusal(folder: Path, out: Path) -> str:
     result = run_cli_in_process("run", "needle", "-m", f"flash={folder}", "--ctx", "512", "--depths", "50",
                                 "--samples", "1", "--out", str(out))  # fmt: skip
@@ -236,7 +222,7 @@ def _shrink(name: str):
     ],
 )  # fmt: skip
 def test_checkpoints_diffeval_cannot_run_exactly_are_one_line(flash, tmp_path, config, tensors, expected):
-    folder = _copy(flash["8-layers"], tmp_path / "changed", tensors=tensors, config=config)
+    folder = changed_checkpoint(flash["8-layers"], tmp_path / "changed", tensors=tensors, config=config)
     line = _refusal(folder, tmp_path / "run")
     assert expected in line and "model flash" in line
 
@@ -246,7 +232,7 @@ def test_the_published_auto_map_loads_diffeval_s_class_without_remote_code(flash
     and the remote files are never looked for."""
     auto_map = {"AutoConfig": "configuration_phi4flash.Phi4FlashConfig",
                 "AutoModelForCausalLM": "modeling_phi4flash.Phi4FlashForCausalLM"}  # fmt: skip
-    folder = _copy(flash["8-layers"], tmp_path / "published", config={"auto_map": auto_map})
+    folder = changed_checkpoint(flash["8-layers"], tmp_path / "published", config={"auto_map": auto_map})
     loaded = load_model(ModelSpec("f", str(folder)), "cpu", "float32")
     assert type(loaded.model).__module__ == "diffeval.models.variants.phi4flash.modeling"
     assert loaded.info.is_diff and loaded.info.diff_variant == "phi4flash"
