@@ -67,15 +67,23 @@ def require_package(model: str) -> None:
 
 
 def _reader(file: GGUFFile, model: str):
+    """The file's reader, parsed once per file version in a process: a parse takes seconds (every token of the
+    vocabulary is a field part), and the check stage reads the header, the context length and the tensors."""
     require_package(model)
+    stat = file.path.stat()
+    return _parsed(str(file.path.resolve()), stat.st_size, stat.st_mtime_ns, model)
+
+
+@functools.lru_cache(maxsize=4)
+def _parsed(path: str, size: int, mtime: int, model: str):
     from gguf import GGUFReader
 
     try:
-        return GGUFReader(str(file.path))
+        return GGUFReader(path)
     except Exception as exc:  # a truncated file fails its offsets, a foreign one its magic number
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise InputError(
-            f"model {model}: cannot read {file.path} as GGUF ({reason}); the file may be truncated: download it again"
+            f"model {model}: cannot read {path} as GGUF ({reason}); the file may be truncated: download it again"
         ) from None
 
 

@@ -317,7 +317,9 @@ def load_model(
         with quiet_transformers():
             path, extra = source(spec)
             with gguf.quiet_loader() if extra else contextlib.nullcontext():
-                model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra)
+                # a GGUF file's config is the one parsed above: handed over, it is not parsed from the file again
+                given = {"config": config} if extra else {}
+                model = AutoModelForCausalLM.from_pretrained(path, **kwargs, **extra, **given)
     except Exception as exc:  # truncated or mismatched weight files, or too little memory for --dtype
         if is_resource_error(exc):
             raise memory_error(spec, torch_dtype, device, exc) from None
