@@ -3,6 +3,7 @@ backend's `torch_module()`)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,11 +75,18 @@ def task_manager(tasks: list[str], include_path: str | None = None):
         from lm_eval.tasks import TaskManager
     except ImportError:
         raise InputError("this task runs lm-eval: pip install 'diffeval[lmeval]'") from None
-    manager = TaskManager(include_path=include_path) if include_path else TaskManager()
+    manager = _index(TaskManager, include_path)
     unknown = [t for t in tasks if t not in manager.all_tasks]
     if unknown:
         raise InputError(f"lm-eval has no task(s) {unknown}: check the names, or --include-path for custom YAMLs")
     return manager
+
+
+@functools.lru_cache(maxsize=4)
+def _index(manager_class, include_path: str | None):
+    """lm-eval's task index, built once per process (it reads some 15,000 YAML files, seconds each time): the check
+    stage and every model and bit width of a run look their tasks up in it."""
+    return manager_class(include_path=include_path) if include_path else manager_class()
 
 
 def evaluate_tasks(
