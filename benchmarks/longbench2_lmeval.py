@@ -3,7 +3,10 @@
 lm-eval's longbench2 is a log-likelihood task over the letters A-D with its own prompt (doc_to_text ending "Answer:",
 the letters after its target delimiter " ") and its own dataset's schema (recursal/longbench-v2: context, question,
 choices, answer). Here both read the same items: diffeval's LongBench v2 fixture (invented questions over invented
-text) by default, or any LongBench v2 file (`--data`), written once more in lm-eval's schema for a local lm-eval task
+text) by default; `--items cnndm`: items built from real text, the first `--samples` CNN/DailyMail articles of
+../shared/datasets/hallucination (FRANK's), each asking which of four summaries describes it, the choices its own
+reference summary and three other articles' (seeded, the gold one at each position in turn); or any LongBench v2 file
+(`--data`). The items are written in LongBench v2's schema for diffeval and once more in lm-eval's for a local task
 (`--include_path`: lm-eval's own _longbench_common_yaml included, its dataset swapped for the local JSON lines, so its
 prompt, choices and metric are lm-eval's). diffeval runs `--mode choices --prompt lm-eval` at a length every item fits
 whole (no truncation on either side: lm-eval's hf model cuts only past the model's positions).
@@ -15,7 +18,8 @@ loading that folder) with the same torch threads.
 Needs `pip install -e .[bench]` (lm-eval) and the model: SmolLM2-135M-Instruct from `tests/real_checkpoints.py` by
 default. About a minute on this 2-core CPU for the 10 fixture items.
 
-Run: python benchmarks/longbench2_lmeval.py [--model PATH] [--data FILE] [--ctx 4096] [--threads 2] [--keep DIR]
+Run: python benchmarks/longbench2_lmeval.py [--model PATH] [--items fixture|cnndm] [--samples 20] [--data FILE]
+     [--ctx 4096] [--threads 2] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -35,7 +39,28 @@ from diffeval.data import longbench2 as data  # noqa: E402
 from diffeval.intervals import wilson_ci  # noqa: E402
 
 FIXTURE = REPO / "diffeval" / "fixtures" / "longbench2.json"
+CNNDM = REPO.parent / "shared" / "datasets" / "hallucination" / "cnndm_frank_200.jsonl"
 TASK = "longbench2_local"
+CNNDM_QUESTION = "Which of these summaries describes the article?"
+
+
+def cnndm_items(count: int, path: Path) -> Path:
+    """`count` LongBench v2 rows from real articles: each asks which summary describes its article, the choices its
+    reference summary and three other articles' (a seeded draw), the gold letter at A, B, C, D in turn."""
+    import random
+
+    if not CNNDM.is_file():
+        raise SystemExit(f"{CNNDM} is absent: --items cnndm needs ../shared/datasets beside this checkout")
+    articles = [json.loads(line) for line in CNNDM.read_text().splitlines() if line.strip()]
+    rng, rows = random.Random(0), []
+    for i, article in enumerate(articles[:count]):
+        others = rng.sample([a["reference"] for j, a in enumerate(articles) if j != i], 3)
+        choices = others[: i % 4] + [article["reference"]] + others[i % 4 :]
+        rows.append({"_id": article["id"], "domain": "Single-Document QA", "sub_domain": "News", "difficulty": "easy",
+                     "length": "short", "question": CNNDM_QUESTION, **dict(zip(("choice_A", "choice_B", "choice_C",
+                     "choice_D"), choices)), "answer": data.LETTERS[i % 4], "context": article["article"]})  # fmt: skip
+    path.write_text(json.dumps(rows))
+    return path
 
 
 def lm_eval_task(questions, folder: Path) -> Path:
@@ -84,18 +109,22 @@ def diffeval_rows(model: Path, data_file: Path, ctx: int, folder: Path, threads:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", help="checkpoint folder or GGUF file [default: SmolLM2-135M-Instruct]")
-    parser.add_argument("--data", default=str(FIXTURE), help="LongBench v2 file [default: the invented fixture]")
+    parser.add_argument("--items", default="fixture", help="fixture (invented) | cnndm (built from real articles)")
+    parser.add_argument("--samples", type=int, default=20, help="--items cnndm: the first N articles")
+    parser.add_argument("--data", help="a LongBench v2 file instead of --items")
     parser.add_argument("--ctx", type=int, default=4096, help="diffeval's length: every item must fit it whole")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--keep", help="folder to keep both harnesses' outputs in [default: a temporary one]")
     args = parser.parse_args()
     model = model_folder(args.model)
-    questions = data.load(args.data)
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(args.keep or scratch)
         folder.mkdir(parents=True, exist_ok=True)
+        items = Path(args.data) if args.data else FIXTURE if args.items == "fixture" else None
+        items = items or cnndm_items(args.samples, folder / "longbench2.json")
+        questions = data.load(str(items))
         theirs = lm_eval_rows(model, lm_eval_task(questions, folder), args.threads)
-        ours = diffeval_rows(model, Path(args.data).resolve(), args.ctx, folder, args.threads)
+        ours = diffeval_rows(model, items.resolve(), args.ctx, folder, args.threads)
     print("| item | gold | lm-eval | diffeval | largest log-likelihood gap |")
     print("|---|---|---|---|---|")
     agree, gaps = 0, []

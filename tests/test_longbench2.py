@@ -131,7 +131,7 @@ def test_generation_through_the_cli_scores_and_resumes(tiny_models, tmp_path):
     assert result.returncode == 0, result.stderr
     assert len(records) == 4 and {r["model"] for r in records} == {"diff", "base"}
     for record in records:
-        assert record["score"] == float(record["prediction"] == record["answer"])
+        assert record["score"] == float(record["prediction"] == record["gold"])
         assert record["outcome"] == ("answered" if record["prediction"] else "unparsed")
         assert record["prompt_tokens"] <= 512 - 128 and "choice_logprobs" not in record
     table = (tmp_path / "gen" / "table.md").read_text()

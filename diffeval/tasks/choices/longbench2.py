@@ -145,8 +145,8 @@ def _fields(sample: LongBench2Sample, cut: int, document_tokens: int) -> dict:
         "domain": q.domain,
         "sub_domain": q.sub_domain,
         "difficulty": q.difficulty,
-        "length": q.length,
-        "answer": q.answer,
+        "length_label": q.length,
+        "gold": q.answer,
         "document_tokens": document_tokens,
         "truncated_tokens": cut,
         "truncation": "none" if not cut else "under half" if share < 0.5 else "half or more",
@@ -182,8 +182,8 @@ RECORD_SCHEMA = {
     "id": str,
     "domain": str,
     "difficulty": str,
-    "length": str,
-    "answer": str,
+    "length_label": str,
+    "gold": str,
     "prediction": str | None,
     "correct": bool | None,
     "score": float | None,
@@ -226,8 +226,6 @@ TASK = Task(
         decimals={"samples": 0, "correct": 0, "unparsed": 0, "truncated": 0, "tokens_cut": 1, thinking.UNCLOSED: 0},
         floor=0.25,  # chance with four choices: a model at or below it has shown nothing a guess would not
     ),
-    viewing=Viewing(
-        sample_view=sample_view, listing=Listing(answer="prediction", expected="answer", outcome="correct")
-    ),
+    viewing=Viewing(sample_view=sample_view, listing=Listing(answer="prediction", expected="gold", outcome="correct")),
     scoring=Scoring(record_schema=RECORD_SCHEMA),
 )

@@ -36,7 +36,7 @@ def tables(records: pd.DataFrame, options: LongBench2Options, paper: bool = Fals
         ("accuracy", "ctx", sorted(set(records["ctx"]))),
         ("by_domain", "domain", sorted(set(records["domain"]))),
         ("by_difficulty", "difficulty", [d for d in data.DIFFICULTIES if d in set(records["difficulty"])]),
-        ("by_length", "length", [x for x in data.LENGTH_LABELS if x in set(records["length"])]),
+        ("by_length", "length_label", [x for x in data.LENGTH_LABELS if x in set(records["length_label"])]),
         ("by_truncation", "truncation", [t for t in TRUNCATION if t in set(records["truncation"])]),
     ):
         table = scored.pivot_table(index="model", columns=column, values="score", aggfunc="mean", sort=False)
