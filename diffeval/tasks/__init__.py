@@ -28,7 +28,6 @@ TASKS = registry(
     attention.TASK,
     icl.TASK,
     hallucination.TASK,
-    longbench2.TASK,
     nll.TASK,
     mk_niah.TASK,
     mv_niah.TASK,
@@ -39,6 +38,7 @@ TASKS = registry(
     outliers.TASK,
     quantize.TASK,
     zeroshot.TASK,
+    longbench2.TASK,
     *_plugins(),
 )
 
