@@ -224,3 +224,32 @@ def test_bad_input_is_one_line(tiny_models, tmp_path, monkeypatch):
     refused = run_cli_in_process("run", "longbench2", *model, *fixture, *choices)
     _one_line(refused, "task longbench2 needs score, which backend gen-only lacks: run it with --backend hf or vllm")
     assert longbench2.TASK.running.needs_for(LongBench2Options()) == {"generate"}
+
+
+RESULTS = Path(__file__).resolve().parents[1] / "results" / "longctx-toy"
+
+
+@pytest.mark.parametrize("mode", ["generate", "choices"])
+def test_the_view_shows_the_question_the_gold_choice_and_each_model_s_answer(mode):
+    """`diffeval view` on the committed reference runs: the choices with the gold one marked, and per model its
+    output (generation) or its four log-likelihoods as bars, the chosen letter emphasised (choice mode)."""
+    from diffeval.view.data import open_run, sample_detail, sample_index, summary
+
+    view = open_run(0, RESULTS / ("longbench2" if mode == "generate" else "longbench2-choices"))
+    detail = sample_detail(view, sample_index(view)["samples"][3])
+    blocks = detail["view"]["blocks"]
+    records = detail["records"]
+    gold = next(iter(records.values()))["gold"]
+    [choices] = [b for b in blocks if b.get("title", "").startswith("Choices")]
+    assert choices["title"] == f"Choices (gold: {gold})" and f"({gold}) " in choices["pieces"][0]
+    assert [line.startswith(f"({gold})") for line in choices["pieces"][0].splitlines() if "← gold" in line] == [True]
+    if mode == "choices":
+        for model, record in records.items():
+            [bars] = [b for b in blocks if b["type"] == "bars" and b.get("model") == model]
+            assert [b["value"] for b in bars["bars"]] == record["choice_logprobs"]
+            assert [b["label"] for b in bars["bars"] if b["emphasis"]] == [record["prediction"]]
+            assert [b["label"] for b in bars["bars"] if b["note"]] == [gold]
+    else:
+        [outputs] = [b for b in blocks if b["type"] == "outputs"]
+        assert {row["model"]: row["text"] for row in outputs["rows"]} == {m: r["output"] for m, r in records.items()}
+    assert {t["key"] for t in summary(view)["tables"]} >= {"accuracy", "by_domain", "by_length", "answers"}
