@@ -80,6 +80,7 @@ def _context(**options) -> SimpleNamespace:
     return SimpleNamespace(options=LongBench2Options(**values), chat_template=False, thinking_budget=None)
 
 
+@pytest.mark.transformers_floor
 def test_middle_truncation_fits_each_tokenizer_to_the_same_budget(tiny_models):
     """One document, two tokenizers: each prompt fits its model's budget and fills it within 1 %, the document's
     first and last words kept and its middle cut."""
@@ -94,6 +95,7 @@ def test_middle_truncation_fits_each_tokenizer_to_the_same_budget(tiny_models):
         assert text.endswith('"The correct answer is (insert answer here)".')
 
 
+@pytest.mark.transformers_floor
 def test_choice_log_likelihoods_equal_a_forward_pass(tiny_models):
     """The recorded log-likelihood of each letter is log-softmax of the model's logits over the whole prompt and
     letter, computed here in one plain forward pass."""
@@ -253,3 +255,35 @@ def test_the_view_shows_the_question_the_gold_choice_and_each_model_s_answer(mod
         [outputs] = [b for b in blocks if b["type"] == "outputs"]
         assert {row["model"]: row["text"] for row in outputs["rows"]} == {m: r["output"] for m, r in records.items()}
     assert {t["key"] for t in summary(view)["tables"]} >= {"accuracy", "by_domain", "by_length", "answers"}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hf", pytest.param("vllm", marks=pytest.mark.vllm)])
+def test_generation_answers_after_thinking_and_counts_unclosed_thinking(tiny_models, tmp_path_factory, backend):
+    """Scripted reasoning models (tests/thinking_models.py) with --thinking-budget: the answer is read after a
+    thinking that closed; a thinking that never closed has no answer and no score, and every table counts it."""
+    from thinking_models import scripted_models
+
+    if backend == "vllm":
+        pytest.importorskip("vllm")
+    paths = scripted_models(tmp_path_factory.mktemp("scripted_lb2"), tiny_models["tok_a"], "4071")
+    out = tmp_path_factory.mktemp("lb2_thinking") / "run"
+    models = ["-m", f"answers={paths['answers']}", "-m", f"loops={paths['loops']}"]
+    result = run_cli_in_process(
+        "run", "longbench2", *models, "--data-dir", str(FIXTURE), "--samples", "2", "--ctx", "1k", "--chat-template",
+        "--thinking-budget", "24", "--backend", backend, "--device", "cpu", "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    answers = [r for r in rows if r["model"] == "answers"]
+    loops = [r for r in rows if r["model"] == "loops"]
+    assert len(answers) == len(loops) == 2
+    for row in answers:  # the thinking closed: an answer was read and scored (the script writes no letter)
+        assert row["thinking_closed"] and row["thinking_tokens"] > 0 and row["outcome"] in ("answered", "unparsed")
+        assert row["score"] == float(row["prediction"] == row["gold"])
+    for row in loops:
+        assert row["outcome"] == "thinking_unclosed" and row["score"] is None and row["correct"] is None
+        assert row["thinking_tokens"] == 24 and row["output"] == "" and row["prediction"] is None
+    report = (out / "table.md").read_text()
+    assert "thinking never closed within --thinking-budget: answers 0, loops 2 samples" in report
+    assert "thinking_unclosed" in (out / "answers.csv").read_text().splitlines()[0]
