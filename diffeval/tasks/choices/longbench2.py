@@ -116,7 +116,7 @@ def evaluate(batch: list[LongBench2Sample], backend: Backend, context: RunContex
 
 def _scored(sample, fitted, document_tokens: int, backend: Backend, context, fitting: float) -> Record:
     """One sample's letters scored after its prompt, each tokenized in one piece with it."""
-    ids, cut, text = fitted
+    _, cut, text = fitted
     letters = form(context.options).letters
     prefix, [query], [choices] = encode_choices_in_context(backend, text, [""], list(letters))
     start = time.perf_counter()
