@@ -287,3 +287,14 @@ def test_generation_answers_after_thinking_and_counts_unclosed_thinking(tiny_mod
     report = (out / "table.md").read_text()
     assert "thinking never closed within --thinking-budget: answers 0, loops 2 samples" in report
     assert "thinking_unclosed" in (out / "answers.csv").read_text().splitlines()[0]
+
+
+def test_the_fixture_ships_as_package_data():
+    """`--data-dir package:fixtures` after `pip install`: a package-data pattern covers the fixture file."""
+    import fnmatch
+    import tomllib
+
+    root = Path(__file__).resolve().parents[1]
+    patterns = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["diffeval"]
+    shipped = FIXTURE.relative_to(root / "diffeval").as_posix()
+    assert any(fnmatch.fnmatch(shipped, pattern) and "/" in pattern for pattern in patterns), patterns
