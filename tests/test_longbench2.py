@@ -292,6 +292,7 @@ def test_generation_answers_after_thinking_and_counts_unclosed_thinking(tiny_mod
 def test_the_fixture_ships_as_package_data():
     """`--data-dir package:fixtures` after `pip install`: a package-data pattern covers the fixture file."""
     import fnmatch
+
     import tomllib
 
     root = Path(__file__).resolve().parents[1]
