@@ -341,6 +341,41 @@ HALLUCINATION = {
                                                   "--judge-concurrency 8 applies only"),
 }  # fmt: skip
 
+# ---- longbench2: a LongBench v2 file (a JSON list, JSONL or parquet in its schema; data/longbench2.py)
+
+LB2_ROW = {"_id": "q0", "domain": "Single-Document QA", "sub_domain": "Legal", "difficulty": "easy", "length": "short",
+           "question": "Which clause?", "choice_A": "1", "choice_B": "2", "choice_C": "3", "choice_D": "4",
+           "answer": "B", "context": PROSE}  # fmt: skip
+
+
+def longbench2_file(rows: list | bytes, name: str = "data.json"):
+    def setup(tmp: Path) -> dict[str, Path]:
+        return {"data": _write(tmp / "longbench2" / name, rows if isinstance(rows, bytes) else json.dumps(rows))}
+
+    return setup
+
+
+TWO_QUESTIONS = longbench2_file([LB2_ROW, {**LB2_ROW, "_id": "q1"}])
+LONGBENCH2_RUN = ["run", "longbench2", *PAIR, "--ctx", "1k", "--data-dir", "{data}"]
+LONGBENCH2 = {
+    "samples_zero": ([*LONGBENCH2_RUN, "--samples", "0"], TWO_QUESTIONS, "--samples 0: give at least 1"),
+    "an_id_twice": (LONGBENCH2_RUN, longbench2_file([LB2_ROW, LB2_ROW]), "_id 'q0' repeats"),
+    "file_not_utf8": (LONGBENCH2_RUN, longbench2_file(b'[{"_id": "\xff"}]'), "is not UTF-8 text"),
+    "no_questions": (LONGBENCH2_RUN, longbench2_file([]), "holds no questions"),
+    "a_row_a_list": (LONGBENCH2_RUN, longbench2_file([[1, 2]]), "row 1 is not an object"),
+    "a_choice_not_a_string": (LONGBENCH2_RUN, longbench2_file([{**LB2_ROW, "choice_C": 3}]), "choice_C is not text"),
+    "an_answer_not_a_letter": (LONGBENCH2_RUN, longbench2_file([{**LB2_ROW, "answer": "E"}]),
+                               "answer 'E' is not one of A, B, C, D"),
+    "jsonl_with_a_broken_line": (LONGBENCH2_RUN, longbench2_file(b'{"_id": "q0"}\n{"_id"\n', "rows.jsonl"),
+                                 "is not valid JSON lines (line 1"),
+    "parquet_not_parquet": (LONGBENCH2_RUN, longbench2_file(b"not parquet", "rows.parquet"),
+                            "is not a readable parquet file"),
+    "difficulty_unknown_in_a_list": ([*LONGBENCH2_RUN, "--difficulty", "easy,medium"], TWO_QUESTIONS,
+                                     "unknown --difficulty 'medium'"),
+    "lm_eval_prompt_beside_generation": ([*LONGBENCH2_RUN, "--prompt", "lm-eval"], TWO_QUESTIONS,
+                                         "--prompt lm-eval is lm-eval's log-likelihood prompt: add --mode choices"),
+}  # fmt: skip
+
 OUTLIERS_RUN = ["run", "outliers", *PAIR, "--ctx", "1k", "--tokens", "2k"]
 OUTLIERS = {
     "tokens_superscript": ([*OUTLIERS_RUN, "--tokens", "²k"], None, "bad context length '²k'"),
@@ -378,7 +413,7 @@ SUITE = {
 TABLES = {
     "nll": NLL, "needle": NEEDLE, "attention": ATTENTION, "mk-niah": MK_NIAH, "mv-niah": MV_NIAH, "vt": VT, "cwe": CWE,
     "nolima": NOLIMA, "distractor-attention": DISTRACTOR_ATTENTION, "icl": ICL, "hallucination": HALLUCINATION,
-    "outliers": OUTLIERS, "suite": SUITE,
+    "longbench2": LONGBENCH2, "outliers": OUTLIERS, "suite": SUITE,
 }  # fmt: skip
 CASES = [(command, case) for command, table in TABLES.items() for case in table]
 

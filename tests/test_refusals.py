@@ -58,6 +58,7 @@ REFUSALS: dict[tuple[str, str], tuple[list[str], str]] = {
     ("run outliers", "--haystack"): (["run", "outliers", *PAIR, "--haystack", f"essays:{MISSING}"], MISSING),
     ("run nll", "--ctx"): (["run", "nll", *PAIR, "--ctx", "128k"], "exceeds diff's max_position"),
     ("run nll", "--data-dir"): (["run", "nll", *PAIR, "--data-dir", MISSING], MISSING),
+    ("run longbench2", "--data-dir"): (["run", "longbench2", *PAIR, "--data-dir", MISSING], MISSING),
     ("run distractor-attention", "--probe"): (["run", "distractor-attention", *PAIR, "--probe", "bogus"], "bogus"),
     ("run nolima", "--needle-set"): (["run", "nolima", *PAIR, "--ctx", "1k", "--needle-set", MISSING], MISSING),
     ("run quantize", "--tasks"): (["run", "quantize", *PAIR, "--tasks", "no_such_lm_task"], "no_such_lm_task"),
@@ -96,6 +97,7 @@ REFUSALS |= {
         "outliers": [],
         "quantize": [],
         "zeroshot": [],
+        "longbench2": ["--data-dir", "package:fixtures"],
         **{probe: [] for probe in PROBES},
     }.items()
 }

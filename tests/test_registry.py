@@ -27,7 +27,7 @@ def run_with_plugin(*args: str) -> subprocess.CompletedProcess:
 def test_every_task_declares_the_contract():
     for name, task in TASKS.items():
         assert task.name == name and task.help and task.reporting.note and task.reporting.titles
-        assert task.running.needs <= set(backend_module.CAPABILITIES)
+        assert task.running.needs_for(task.options()) <= set(backend_module.CAPABILITIES)
         assert set(task.reporting.metrics) and task.reporting.summary_keys[0] == "model"
 
 

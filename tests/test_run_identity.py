@@ -77,6 +77,12 @@ READS = {
         "fixtures/xsum.jsonl",
         "fixtures/hotpotqa.jsonl",
     ),
+    "longbench2 --data-dir": (
+        "longbench2",
+        {"data_dir": "{fixtures}"},
+        "fixtures/longbench2.json",
+        "fixtures/xsum.jsonl",
+    ),
     "quantize --include-path": ("quantize", {"include_path": "{lm_tasks}"}, "lm_tasks/mine.yaml", None),
     "zeroshot --include-path": ("zeroshot", {"include_path": "{lm_tasks}"}, "lm_tasks/mine.yaml", None),
 }

@@ -12,7 +12,7 @@ from typing import Any
 from diffeval.config import RunConfig
 from diffeval.tasks.analyses import attention, distractor_attention
 from diffeval.tasks.base import Task, configure, registry
-from diffeval.tasks.choices import icl
+from diffeval.tasks.choices import icl, longbench2
 from diffeval.tasks.conversations import hallucination
 from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, needle, nolima, vt
 from diffeval.tasks.internals import outliers, quantize, zeroshot
@@ -38,6 +38,7 @@ TASKS = registry(
     outliers.TASK,
     quantize.TASK,
     zeroshot.TASK,
+    longbench2.TASK,
     *_plugins(),
 )
 

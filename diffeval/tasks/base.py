@@ -104,6 +104,9 @@ class Running:
     make_samples: Callable[..., list]  # (options, seed, limit, prepared) → samples, each with a unique .sample_id
     evaluate: Callable[..., Iterable[Record]]  # (batch, backend, context) → Records, yielded as each sample finishes
     needs: frozenset[str] = frozenset({"generate"})  # backend capabilities (models/backend.py CAPABILITIES)
+    # (options) → the capabilities a run needs besides `needs` where its options decide them (longbench2's --mode
+    # generates or scores choices); None: `needs` alone
+    needs_of: Callable[[Any], frozenset[str]] | None = None
     # (context) → the `ContextBudget` its options need, checked when the config is built; None: the task fits any
     # length itself (a sample over its budget is recorded as such, or the length is a sequence, not a prompt)
     budget: Callable[[RunContext], ContextBudget] | None = None
@@ -122,6 +125,10 @@ class Running:
     # freed, so a local judge has the device to itself. With it, `evaluate`'s records are generations: they wait in
     # generations.jsonl, and only judged records reach samples.jsonl.
     judge: Callable[..., Iterable[Record]] | None = None
+
+    def needs_for(self, options: Any) -> frozenset[str]:
+        """The backend capabilities a run with these task options needs: `needs`, and what `needs_of` adds."""
+        return self.needs | (self.needs_of(options) if self.needs_of is not None else frozenset())
 
 
 @dataclass(frozen=True)
@@ -296,7 +303,7 @@ def configure(tasks: dict[str, Task], name: str, yaml_values: dict[str, Any], fl
         task.running.budget(RunContext.of(config)).check()
     # a thinking phase stops at the model's end-marker ids: an engine that cannot is refused before any work
     thinking = {"thinking"} if config.thinking_budget is not None else set()
-    check_backend(name, task.running.needs | thinking, config.backend)
+    check_backend(name, task.running.needs_for(config.options) | thinking, config.backend)
     if config.batch_size is None:
         config = replace(config, batch_size=default_batch_size(config.backend))
     return config

@@ -3,6 +3,7 @@ document's middle (as LongBench truncates), never the template nor the chat temp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol
 
 from diffeval.errors import InputError
@@ -65,24 +66,41 @@ def fit_prompt_text(
     """`fit_prompt`, and the prompt's text (a thinking run moves its answer prefix after the thinking). thinking: the
     tokens the context reserves for a thinking phase beside the budget and the answer (named in the refusal's
     --ctx)."""
-    text = prompt_text(spec, doc.context, doc.question, backend, chat_template)
+    beside = f"the answer's {spec.max_new_tokens}" + (f" and the thinking's {thinking}" if thinking else "")
+    return fit_document(
+        lambda context: prompt_text(spec, context, doc.question, backend, chat_template),
+        doc.context,
+        backend,
+        budget,
+        spec.max_new_tokens + thinking,
+        beside,
+    )
+
+
+def fit_document(
+    render: Callable[[str], str], document: str, backend: Backend, budget: int, reserved: int, beside: str
+) -> tuple[list[int], int, str]:
+    """The token ids of `render(document)` within `budget`, the document tokens cut from its middle (its first and
+    last halves kept, as LongBench truncates) and the prompt's text. `reserved`: the tokens the context holds beside
+    the budget (the answer's, the thinking's), named in the refusal (`beside` says what they are) of a prompt that
+    does not fit even without any document."""
+    text = render(document)
     ids = backend.encode(text).ids
     if len(ids) <= budget:
         return ids, 0, text
-    context = backend.encode(doc.context, special_tokens=False).ids
+    context = backend.encode(document, special_tokens=False).ids
     cut = len(ids) - budget
     while True:  # decoding and re-encoding the two halves can shift a few tokens: cut until it fits
         keep = max(len(context) - cut, 0)
         head = backend.decode(context[: keep // 2])
         tail = backend.decode(context[len(context) - (keep - keep // 2) :]) if keep else ""
-        text = prompt_text(spec, head + tail, doc.question, backend, chat_template)
+        text = render(head + tail)
         ids = backend.encode(text).ids
         if len(ids) <= budget:
             return ids, len(context) - keep, text
         if keep == 0:  # the template and question alone exceed the budget: no cut of the document helps
-            beside = f"the answer's {spec.max_new_tokens}" + (f" and the thinking's {thinking}" if thinking else "")
             raise InputError(
-                f"--ctx {budget + spec.max_new_tokens + thinking}: the prompt without any document takes {len(ids)} "
-                f"tokens, more than the {budget} left beside {beside}: use a longer --ctx"
+                f"--ctx {budget + reserved}: the prompt without any document takes {len(ids)} tokens, more than the "
+                f"{budget} left beside {beside}: use a longer --ctx"
             )
         cut += len(ids) - budget
