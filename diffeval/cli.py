@@ -213,7 +213,7 @@ def run_suite(
         "dry_run": dry_run,
         "tokens_per_s": tokens_per_s,
     }
-    folder, configs = suite_configs(preset, out, flags)
+    folder, configs = suite_configs(preset, out, flags, say=err_console.print)
     # the engines and reports load only now: a bad option or preset is refused before torch or pandas is imported
     from diffeval import runner
     from diffeval.report.gates import parse_threshold
