@@ -14,6 +14,7 @@ from diffeval.tasks.analyses import attention, distractor_attention
 from diffeval.tasks.base import Task, configure, registry
 from diffeval.tasks.choices import icl
 from diffeval.tasks.conversations import hallucination
+from diffeval.tasks.generated import graphwalks
 from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, needle, nolima, vt
 from diffeval.tasks.internals import outliers, quantize, zeroshot
 from diffeval.tasks.loss import nll
@@ -38,6 +39,7 @@ TASKS = registry(
     outliers.TASK,
     quantize.TASK,
     zeroshot.TASK,
+    graphwalks.TASK,
     *_plugins(),
 )
 
