@@ -118,8 +118,9 @@ def prepare(context: RunContext[GraphwalksOptions], tokenizers: dict[str, Any]) 
         held = {name: most_edges(probe, r, _budget(ctx, context)) for name, r in renderers.items()}
         name, fewest = min(held.items(), key=lambda item: item[1])
         if fewest < 1:
+            given = "" if context.max_new_tokens else f" (16 + 12 per --nodes: give fewer, or --max-new-tokens)"
             raise InputError(f"--ctx {ctx}: model {name}'s prompt holds no edge beside the answer budget of "
-                             f"{answer_budget(context)} tokens: use a longer --ctx")  # fmt: skip
+                             f"{answer_budget(context)} tokens{given}: use a longer --ctx")  # fmt: skip
         span = int(data.SPAN_SHARE * fewest)
         if options.nodes * options.degree > span:
             most = span // options.degree
