@@ -103,7 +103,7 @@ def test_a_subgraph_larger_than_the_context_holds_names_the_most_that_fits(backe
                        r"model \w+, the answer's graph at most \d+: use --nodes \d+ or fewer"):  # fmt: skip
         graphwalks.prepare(_context([4096], nodes=60), _tokenizers(backends))
     with pytest.raises(data.InputError, match=r"answer budget of 4816 tokens \(16 \+ 12 per --nodes"):
-        graphwalks.prepare(_context([8192], nodes=400), _tokenizers(backends))
+        graphwalks.prepare(_context([5000], nodes=400), _tokenizers(backends))
 
 
 OUTPUTS = [
