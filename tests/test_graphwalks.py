@@ -3,7 +3,6 @@ against lm-eval's own functions, the openai/graphwalks loader, and the command l
 
 import json
 import random
-from collections import deque
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from diffeval.models.spec import ModelSpec
 from diffeval.models.tokenizer import HFTokenizer
 from diffeval.tasks.base import RunContext
 from diffeval.tasks.generated import graphwalks, graphwalks_report
+from diffeval.tasks.generated.fitting import Renderer
 from diffeval.tasks.generated.graphwalks_options import GraphwalksOptions
 
 FIXTURES = Path(data.__file__).resolve().parents[1] / "fixtures"
@@ -85,7 +85,7 @@ def test_each_model_fills_its_budget_with_the_same_stream(backends):
     for sample in samples:
         streams = []
         for backend in backends.values():
-            renderer = graphwalks.Renderer(backend, False)
+            renderer = Renderer(backend, False)
             user, edges = graphwalks.user_message(sample, renderer, budget)
             tokens = len(renderer.ids(user))
             longer = data.prompt_text(sample.graph.edges(len(edges) + 1), sample.operation, sample.graph.node,
@@ -219,8 +219,9 @@ def test_the_built_in_pair_runs_the_default_at_1k_and_resumes(tmp_path):
 
 def test_the_fixture_runs_offline_and_counts_rows_no_length_holds(tiny_models, tmp_path):
     out = tmp_path / "rows"
-    result = run_cli_in_process("run", "graphwalks", *pair_options(tiny_models), "--source", "openai", "--data-dir",
-                                "package:fixtures", "--ctx", "1k,2k", "--max-new-tokens", "8", "--out", str(out))  # fmt: skip
+    result = run_cli_in_process("run", "graphwalks", *pair_options(tiny_models), "--source", "openai",
+                                "--data-dir", "package:fixtures", "--ctx", "1k,2k", "--max-new-tokens", "8",
+                                "--out", str(out))  # fmt: skip
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     rows = data.load_rows(str(FIXTURES))
@@ -247,7 +248,9 @@ def test_make_samples_is_pure_and_seeded():
     options, spans = GraphwalksOptions(ctx=[4096]), {4096: 50}
     first = graphwalks.make_samples(options, 3, None, spans)
     assert [s.sample_id for s in first] == [s.sample_id for s in graphwalks.make_samples(options, 3, None, spans)]
-    assert {s.sample_id for s in first}.isdisjoint(s.sample_id for s in graphwalks.make_samples(options, 4, None, spans))
+    assert {s.sample_id for s in first}.isdisjoint(
+        s.sample_id for s in graphwalks.make_samples(options, 4, None, spans)
+    )
     assert len({s.sample_id for s in first}) == len(first) == 3 * options.samples
     rng = random.Random(0)
     sample = rng.choice(first)

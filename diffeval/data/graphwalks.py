@@ -200,6 +200,7 @@ class Row:
     node: str
     depth: int
     edges: int  # edge lines after "Here is the graph to operate on:"
+    nodes: int  # distinct nodes of those lines
 
 
 def row_from(index: int, record: dict, source: str) -> Row:
@@ -215,8 +216,9 @@ def row_from(index: int, record: dict, source: str) -> Row:
     asked = operation_of(prompt)
     if asked is None or asked[0] != operation:
         raise InputError(f"{source}: row {index}'s prompt asks no {operation} operation OpenAI's prompt words")
-    edges = sum(1 for line in graph_of(prompt).splitlines() if " -> " in line)
-    return Row(index, prompt, tuple(str(a) for a in answer), operation, asked[1], asked[2], edges)
+    lines = [line.split(" -> ") for line in graph_of(prompt).splitlines() if " -> " in line]
+    nodes = len({name.strip() for line in lines for name in line})
+    return Row(index, prompt, tuple(str(a) for a in answer), operation, asked[1], asked[2], len(lines), nodes)
 
 
 def graph_of(prompt: str) -> str:

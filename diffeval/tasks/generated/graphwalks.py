@@ -28,9 +28,9 @@ from diffeval.errors import InputError
 from diffeval.records import MayBeAbsent, Record, sample_id
 from diffeval.tasks import thinking
 from diffeval.tasks.base import ContextBudget, Listing, Reporting, RunContext, Running, Scoring, Task, Viewing
+from diffeval.tasks.generated import graphwalks_report as report
+from diffeval.tasks.generated.fitting import Renderer, most_items
 from diffeval.tasks.generated.graphwalks_options import GraphwalksOptions
-from diffeval.tasks.generated.graphwalks_report import NOTE, RULES, TITLES, TOO_LONG, rescore, sample_view
-from diffeval.tasks.generated.graphwalks_report import scored_fields, tables
 
 # the default answer budget: "Final Answer: [" and the list, at most every node of the answer's subgraph, a 10-character
 # name and its comma in up to 12 tokens (a byte-level tokenizer's); a published row's lists run longer
@@ -60,39 +60,13 @@ def answer_budget(context: RunContext[GraphwalksOptions]) -> int:
     return ANSWER_PUBLISHED if options.source == "openai" else ANSWER_BASE + ANSWER_PER_NODE * options.nodes
 
 
-class Renderer:
-    """A model's prompt text and ids from a user message, through a backend or a bare tokenizer (in `prepare`)."""
-
-    def __init__(self, encoder: Any, chat_template: bool, model: str | None = None):
-        self.encoder, self.chat_template, self.model = encoder, chat_template, model
-
-    def text(self, user: str) -> str:
-        if self.model is None:
-            return self.encoder.render_prompt(user, "", self.chat_template)
-        return self.encoder.render_prompt(user, "", self.chat_template, self.model)
-
-    def ids(self, user: str) -> list[int]:
-        return self.encoder.encode(self.text(user)).ids
-
-
 def most_edges(graph: data.Graph, renderer: Renderer, budget: int) -> int:
     """The most edges of the graph's stream whose prompt fits `budget` tokens: -1 when even none fits."""
 
     def size(count: int) -> int:
         return len(renderer.ids(data.prompt_text(graph.edges(count), graph.operation, graph.node, graph.depth)))
 
-    empty = size(0)
-    if empty > budget:
-        return -1
-    probe = 32
-    rate = max((size(probe) - empty) / probe, 1.0)  # tokens per edge line, to start the search near the answer
-    low, high = 0, max(int((budget - empty) / rate * 1.05) + 2, 1)
-    while size(high) <= budget:
-        low, high = high, high * 2
-    while high - low > 1:  # size(low) fits, size(high) does not
-        middle = (low + high) // 2
-        low, high = (middle, high) if size(middle) <= budget else (low, middle)
-    return low
+    return most_items(size, budget)
 
 
 def _budget(ctx: int, context: RunContext[GraphwalksOptions]) -> int:
@@ -118,7 +92,7 @@ def prepare(context: RunContext[GraphwalksOptions], tokenizers: dict[str, Any]) 
         held = {name: most_edges(probe, r, _budget(ctx, context)) for name, r in renderers.items()}
         name, fewest = min(held.items(), key=lambda item: item[1])
         if fewest < 1:
-            given = "" if context.max_new_tokens else f" (16 + 12 per --nodes: give fewer, or --max-new-tokens)"
+            given = "" if context.max_new_tokens else " (16 + 12 per --nodes: give fewer, or --max-new-tokens)"
             raise InputError(f"--ctx {ctx}: model {name}'s prompt holds no edge beside the answer budget of "
                              f"{answer_budget(context)} tokens{given}: use a longer --ctx")  # fmt: skip
         span = int(data.SPAN_SHARE * fewest)
@@ -173,7 +147,7 @@ def evaluate(batch: list[GraphwalksSample], backend, context: RunContext[Graphwa
     ready, records = [], []
     for sample in batch:
         if not sample.fits:  # a published row too long for every length: recorded, never generated
-            records.append(_record(sample, backend, [], 0, None, {"outcome": TOO_LONG, "score": None}))
+            records.append(_record(sample, backend, [], 0, None, {"outcome": report.TOO_LONG, "score": None}))
             continue
         user, edges = user_message(sample, renderer, _budget(sample.ctx, context))
         ready.append((sample, user, edges, renderer.ids(user)))
@@ -182,8 +156,9 @@ def evaluate(batch: list[GraphwalksSample], backend, context: RunContext[Graphwa
     outputs = thinking.generate(backend, context, asks, answer, []) if asks else []
     for (sample, user, edges, ids), out in zip(ready, outputs):
         graph, row = sample.graph, sample.row
-        nodes = data.answer_of(edges, graph.operation, graph.node, graph.depth) if graph else list(row.answer)
-        scored = scored_fields(out.text, nodes) if thinking.answered(out) else {"score": None}
+        published = list(row.answer) if row else []
+        nodes = data.answer_of(edges or [], graph.operation, graph.node, graph.depth) if graph else published
+        scored = report.scored_fields(out.text, nodes) if thinking.answered(out) else {"score": None}
         fields = {"output": out.text, "operation_text": user.rsplit("Operation:\n", 1)[1].split("\n", 1)[0],
                   **scored, **thinking.thinking_fields(out, outcome=False)}  # fmt: skip
         if not thinking.answered(out):
@@ -203,7 +178,7 @@ def _record(sample: GraphwalksSample, backend, edges, prompt_tokens: int, out, f
         "source": "generated" if graph is not None else "openai", "node": node, "span": sample.span,
         "answer_nodes": answer if answer is not None else list(row.answer if row else []),
         "edges": len(seen) if graph is not None else row.edges if row else 0,
-        "nodes": len({n for edge in seen for n in edge}) if graph is not None else 0, **fields,
+        "nodes": len({n for edge in seen for n in edge}) if graph is not None else row.nodes if row else 0, **fields,
     }  # fmt: skip
     if graph is not None:
         described["seed"] = sample.seed
@@ -242,19 +217,26 @@ TASK = Task(
     help="GraphWalks (OpenAI): BFS depth or parents over a long list of directed edges, set F1.",
     options=GraphwalksOptions,
     run_options=("chat_template", "max_new_tokens", *thinking.RUN_OPTIONS),
-    running=Running(make_samples=make_samples, evaluate=evaluate, budget=budget, check_inputs=check_inputs,
-                    prepare=prepare, sizing=sizing),  # fmt: skip
+    running=Running(
+        make_samples=make_samples,
+        evaluate=evaluate,
+        budget=budget,
+        check_inputs=check_inputs,
+        prepare=prepare,
+        sizing=sizing,
+    ),  # fmt: skip
     reporting=Reporting(
-        tables=tables,
-        titles=TITLES,
-        note=NOTE,
+        tables=report.tables,
+        titles=report.TITLES,
+        note=report.NOTE,
         summary_keys=["model", "ctx", "operation", "depth"],
         pair_keys=["ctx", "operation", "depth"],
         metrics={"f1": "score", "precision": "precision", "recall": "recall"},
-        decimals={"parse_errors": 0, "samples": 0, TOO_LONG: 0, thinking.UNCLOSED: 0},
+        decimals={"parse_errors": 0, "samples": 0, report.TOO_LONG: 0, thinking.UNCLOSED: 0},
         floor=FLOOR,
     ),
-    viewing=Viewing(sample_view=sample_view, listing=Listing(answer="predicted", expected="answer_nodes",
-                                                             outcome=None)),  # fmt: skip
-    scoring=Scoring(record_schema=RECORD_SCHEMA, rules=RULES, rescore=rescore),
+    viewing=Viewing(
+        sample_view=report.sample_view, listing=Listing(answer="predicted", expected="answer_nodes", outcome=None)
+    ),  # fmt: skip
+    scoring=Scoring(record_schema=RECORD_SCHEMA, rules=report.RULES, rescore=report.rescore),
 )

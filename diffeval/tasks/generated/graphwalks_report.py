@@ -85,8 +85,9 @@ def size_bucket(count: int) -> str:
 
 def _summary(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     groups = frame.groupby(by, sort=True)
+    errors = ("parse_error", lambda e: int(e.fillna(False).sum()))
     table = groups.agg(samples=("sample_id", "count"), F1=("score", "mean"), precision=("precision", "mean"),
-                       recall=("recall", "mean"), parse_errors=("parse_error", lambda e: int(e.fillna(False).sum())))  # fmt: skip
+                       recall=("recall", "mean"), parse_errors=errors)  # fmt: skip
     if TOO_LONG in set(frame.get("outcome", [])):
         table["too_long"] = groups["outcome"].apply(lambda o: int((o == TOO_LONG).sum()))
     if thinking.has_thinking(frame):
