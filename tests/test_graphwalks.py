@@ -17,6 +17,7 @@ from diffeval.tasks.base import RunContext
 from diffeval.tasks.generated import graphwalks, graphwalks_report
 from diffeval.tasks.generated.fitting import Renderer
 from diffeval.tasks.generated.graphwalks_options import GraphwalksOptions
+from diffeval.tasks.thinking import UNCLOSED
 
 FIXTURES = Path(data.__file__).resolve().parents[1] / "fixtures"
 
@@ -255,3 +256,23 @@ def test_make_samples_is_pure_and_seeded():
     rng = random.Random(0)
     sample = rng.choice(first)
     assert sample.graph.edges(60)[:50] == sample.graph.edges(50)
+
+
+@pytest.mark.slow
+def test_a_thinking_model_answers_after_its_thinking_or_is_cut(tiny_models, tmp_path):
+    """Scripted reasoning models (tests/thinking_models.py): one closes its thinking and answers, one never closes it
+    (no answer, no score, counted in every table)."""
+    from thinking_models import scripted_models
+
+    models = scripted_models(tmp_path / "scripted", tiny_models["tok_a"])
+    out = tmp_path / "think"
+    result = run_cli_in_process("run", "graphwalks", "-m", f"answers={models['answers']}", "-m",
+                                f"loops={models['loops']}", "--ctx", "2k", "--samples", "1", "--operations", "parents",
+                                "--chat-template", "--thinking-budget", "24", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {r["model"]: r for r in map(json.loads, (out / "samples.jsonl").read_text().splitlines())}
+    answers, loops = rows["answers"], rows["loops"]
+    assert answers["thinking_closed"] and answers["score"] is not None and answers["parse_error"] is True
+    assert loops["outcome"] == UNCLOSED and loops["score"] is None and loops["thinking_tokens"] == 24
+    assert loops["new_tokens"] == 24 and loops["prompt_tokens"] <= 2048 - 24 - graphwalks.ANSWER_BASE
+    assert "answers 0, loops 1 samples" in (out / "table.md").read_text()
