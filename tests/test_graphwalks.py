@@ -276,3 +276,16 @@ def test_a_thinking_model_answers_after_its_thinking_or_is_cut(tiny_models, tmp_
     assert loops["outcome"] == UNCLOSED and loops["score"] is None and loops["thinking_tokens"] == 24
     assert loops["new_tokens"] == 24 and loops["prompt_tokens"] <= 2048 - 24 - graphwalks.ANSWER_BASE
     assert "answers 0, loops 1 samples" in (out / "table.md").read_text()
+
+
+@pytest.mark.parametrize("source", [[], ["--source", "openai", "--data-dir", "package:fixtures"]])
+def test_the_dry_run_sizes_both_sources(source, tmp_path):
+    result = run_cli_in_process("run", "graphwalks", "--ctx", "1k,2k", *source, "--dry-run", "--tokens-per-s", "1000",
+                                "--out", str(tmp_path / "dry"))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith(("│ diff", "│ base"))]
+    assert len(rows) == 2 and not (tmp_path / "dry").exists()
+    prompt = int(rows[0].split("│")[4].strip().replace(",", ""))
+    samples = int(rows[0].split("│")[2])
+    budget = 16 + 12 * 4 if not source else 256
+    assert prompt <= samples * (2048 - budget) and prompt > 0

@@ -150,11 +150,11 @@ def evaluate(batch: list[GraphwalksSample], backend, context: RunContext[Graphwa
             records.append(_record(sample, backend, [], 0, None, {"outcome": report.TOO_LONG, "score": None}))
             continue
         user, edges = user_message(sample, renderer, _budget(sample.ctx, context))
-        ready.append((sample, user, edges, renderer.ids(user)))
+        text = renderer.text(user)
+        ready.append((sample, user, edges, thinking.Ask(backend.encode(text).ids, text, "")))
     fitting = (time.perf_counter() - start) / max(len(batch), 1)
-    asks = [thinking.Ask(ids, renderer.text(user), "") for _, user, _, ids in ready]
-    outputs = thinking.generate(backend, context, asks, answer, []) if asks else []
-    for (sample, user, edges, ids), out in zip(ready, outputs):
+    outputs = thinking.generate(backend, context, [ask for *_, ask in ready], answer, []) if ready else []
+    for (sample, user, edges, ask), out in zip(ready, outputs):
         graph, row = sample.graph, sample.row
         published = list(row.answer) if row else []
         nodes = data.answer_of(edges or [], graph.operation, graph.node, graph.depth) if graph else published
@@ -164,7 +164,7 @@ def evaluate(batch: list[GraphwalksSample], backend, context: RunContext[Graphwa
         if not thinking.answered(out):
             fields["outcome"] = thinking.UNCLOSED
         seconds = fitting + out.seconds
-        records.append(_record(sample, backend, edges, len(ids), out, fields, nodes, seconds))
+        records.append(_record(sample, backend, edges, len(ask.ids), out, fields, nodes, seconds))
     return records
 
 
@@ -197,7 +197,7 @@ def check_inputs(context: RunContext[GraphwalksOptions]) -> None:
 
 def sizing(samples: list[GraphwalksSample], tokenizer, context: RunContext[GraphwalksOptions]) -> tuple[int, int]:
     """A generated prompt fills its budget; a published row is its own length."""
-    renderer = Renderer(tokenizer, context.chat_template, "model")
+    renderer = Renderer(tokenizer, context.chat_template)  # a PromptTokenizer: a backend's render_prompt
     prompt = sum(len(renderer.ids(s.row.prompt)) if s.row else _budget(s.ctx, context) for s in samples if s.fits)
     per_sample = answer_budget(context) + (thinking.budget(context) or 0)
     return prompt, per_sample * sum(1 for s in samples if s.fits)
