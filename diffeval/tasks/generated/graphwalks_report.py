@@ -75,12 +75,12 @@ def setting(operation: str, depth: int) -> str:
     return f"bfs depth {depth}" if operation == "bfs" else "parents"
 
 
-def size_bucket(count: int) -> str:
-    """A power-of-two bucket of a count of edges or nodes: '≤ 64', '65–128', ..."""
+def size_bucket(count: int) -> int:
+    """A power-of-two bucket of a count of edges or nodes, by its upper bound: 64 (up to 64), 128 (65 to 128), ..."""
     upper = 64
     while count > upper:
         upper *= 2
-    return f"≤ {upper}" if upper == 64 else f"{upper // 2 + 1}–{upper}"
+    return upper
 
 
 def _summary(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
@@ -111,7 +111,7 @@ def tables(records: pd.DataFrame, options: GraphwalksOptions, paper: bool = Fals
         out["depth"] = with_cells(by_depth, [{"model": m, "operation": "bfs", "depth": d} for m, d in by_depth.index],
                                   [{}] * by_depth.shape[1])  # fmt: skip
     for key, bucket, column in (("size_edges", "edge_bucket", "edges"), ("size_nodes", "node_bucket", "nodes")):
-        sized = _summary(frame, ["model", "operation", bucket]).rename_axis(index={bucket: column})
+        sized = _summary(frame, ["model", "operation", bucket]).rename_axis(index={bucket: f"{column} up to"})
         rows = [{"model": m, "operation": o, column: _bounds(b)} for m, o, b in sized.index]
         out[key] = with_cells(sized, rows, [{}] * sized.shape[1])
     if thinking.has_thinking(frame):
@@ -123,19 +123,18 @@ def _depth(label: str) -> dict[str, int]:
     return {"depth": int(label.rsplit(" ", 1)[1])} if label.startswith("bfs") else {}
 
 
-def _bounds(bucket: str) -> list[int]:
+def _bounds(upper: int) -> list[int]:
     """The counts a size bucket holds, for the viewer's cell filter (a list of values)."""
-    if bucket.startswith("≤"):
-        return list(range(0, int(bucket[2:]) + 1))
-    low, high = (int(part) for part in bucket.split("–"))
-    return list(range(low, high + 1))
+    return list(range(0 if upper == 64 else upper // 2 + 1, upper + 1))
 
 
 TITLES = {
     "scores": "F1, precision and recall by length and operation (strict parse: the last line's 'Final Answer: [..]')",
     "depth": "BFS: F1, precision and recall by depth",
-    "size_edges": "By graph size: edges in the model's prompt, per operation",
-    "size_nodes": "By graph size: distinct nodes in the model's prompt, per operation",
+    "size_edges": "By graph size: edges in the model's prompt (power-of-two buckets, by their upper bound), per "
+    "operation",
+    "size_nodes": "By graph size: distinct nodes in the model's prompt (power-of-two buckets, by their upper bound), "
+    "per operation",
     "thinking": thinking.TITLE,
 }
 NOTE = (
