@@ -208,10 +208,10 @@ def row_from(index: int, record: dict, source: str) -> Row:
         prompt, answer, operation = record["prompt"], record["answer_nodes"], record["problem_type"]
     except (KeyError, TypeError):
         raise InputError(f"{source}: row {index} lacks prompt, answer_nodes or problem_type: give rows in "
-                         f"{HUB_ID}'s schema") from None  # fmt: skip
+                         f"the schema of {HUB_ID}") from None  # fmt: skip
     answer = list(answer) if not isinstance(answer, (str, bytes)) and hasattr(answer, "__iter__") else None
     if not isinstance(prompt, str) or answer is None or operation not in OPERATIONS:
-        raise InputError(f"{source}: row {index} is not in {HUB_ID}'s schema (prompt text, answer_nodes a list, "
+        raise InputError(f"{source}: row {index} is not in the schema of {HUB_ID} (prompt text, answer_nodes a list, "
                          f"problem_type bfs or parents)")  # fmt: skip
     asked = operation_of(prompt)
     if asked is None or asked[0] != operation:
@@ -248,7 +248,7 @@ def load_rows(data_dir: str | None) -> list[Row]:
     files = data_files(folder) if folder.is_dir() else []
     if not files:
         raise InputError(f"--data-dir {data_dir}: no graphwalks*.parquet or graphwalks*.jsonl file there: give a "
-                         f"folder holding {HUB_ID}'s {HUB_FILE} or rows in its schema as JSONL")  # fmt: skip
+                         f"folder holding {HUB_FILE} of {HUB_ID} or rows in its schema as JSONL")  # fmt: skip
     records: list[tuple[dict, str]] = []
     for path in files:
         records += [(r, str(path)) for r in (_parquet(path) if path.suffix == ".parquet" else _jsonl(path))]
@@ -275,10 +275,10 @@ def _parquet(path: Path) -> list[dict]:
         frame = pd.read_parquet(path)
     except Exception as exc:  # pyarrow raises its own error types for a damaged file
         raise InputError(f"{path}: not a readable parquet file ({type(exc).__name__}): give "
-                         f"{HUB_ID}'s file or rows in its schema") from None  # fmt: skip
+                         f"the file of {HUB_ID} or rows in its schema") from None  # fmt: skip
     missing = [c for c in COLUMNS if c not in frame.columns]
     if missing:
-        raise InputError(f"{path}: lacks column(s) {', '.join(missing)}: give rows in {HUB_ID}'s schema")
+        raise InputError(f"{path}: lacks column(s) {', '.join(missing)}: give rows in the schema of {HUB_ID}")
     return frame[list(COLUMNS)].to_dict("records")
 
 

@@ -151,15 +151,16 @@ def evaluate(batch: list[GraphwalksSample], backend, context: RunContext[Graphwa
             continue
         user, edges = user_message(sample, renderer, _budget(sample.ctx, context))
         text = renderer.text(user)
-        ready.append((sample, user, edges, thinking.Ask(backend.encode(text).ids, text, "")))
+        ready.append((sample, edges, thinking.Ask(backend.encode(text).ids, text, "")))
     fitting = (time.perf_counter() - start) / max(len(batch), 1)
     outputs = thinking.generate(backend, context, [ask for *_, ask in ready], answer, []) if ready else []
-    for (sample, user, edges, ask), out in zip(ready, outputs):
+    for (sample, edges, ask), out in zip(ready, outputs):
         graph, row = sample.graph, sample.row
+        node = graph.node if graph else row.node if row else ""
         published = list(row.answer) if row else []
         nodes = data.answer_of(edges or [], graph.operation, graph.node, graph.depth) if graph else published
         scored = report.scored_fields(out.text, nodes) if thinking.answered(out) else {"score": None}
-        fields = {"output": out.text, "operation_text": user.rsplit("Operation:\n", 1)[1].split("\n", 1)[0],
+        fields = {"output": out.text, "operation_text": data.operation_text(sample.operation, node, sample.depth),
                   **scored, **thinking.thinking_fields(out, outcome=False)}  # fmt: skip
         if not thinking.answered(out):
             fields["outcome"] = thinking.UNCLOSED
