@@ -170,12 +170,19 @@ def _rows(tmp_path, rows, name="graphwalks.jsonl"):
     ("malformed", "line 1 is not JSON"),
     ("schema", "lacks prompt, answer_nodes or problem_type"),
     ("parquet", "not a readable parquet file"),
+    ("parquet_schema", "lacks column(s) prompt, answer_nodes, problem_type: give rows in the schema of"),
 ])  # fmt: skip
 def test_bad_data_is_one_line_through_the_command_line(case, message, tmp_path):
     if case == "missing":
         folder = str(tmp_path)
     elif case == "parquet":
         folder = _rows(tmp_path, ["not parquet"], "graphwalks.parquet")
+    elif case == "parquet_schema":
+        import pandas as pd
+
+        (tmp_path / "rows").mkdir()
+        pd.DataFrame({"input": ["x"], "answers": [["a"]]}).to_parquet(tmp_path / "rows" / data.HUB_FILE)
+        folder = str(tmp_path / "rows")
     else:
         folder = _rows(tmp_path, ["{not json\n"] if case == "malformed" else [{"input": "x", "answers": ["a"]}])
     result = run_cli_in_process("run", "graphwalks", "--source", "openai", "--data-dir", folder, "--ctx", "1k",

@@ -28,7 +28,7 @@ class GraphwalksOptions:
                         "change the answer)", applies=ON_GENERATED)  # fmt: skip
     degree: int = option(2, help="out-edges of each node (OpenAI's graphs: 4)", applies=ON_GENERATED)
     source: str = option("generated", help="generated: graphs built here, sized to each length; openai: "
-                         f"{data.HUB_ID}'s rows (the hub, or --data-dir)")  # fmt: skip
+                         f"rows of {data.HUB_ID} (the hub, or --data-dir)")  # fmt: skip
     data_dir: str | None = option(
         None,
         help=f"a folder of {data.HUB_ID} files (graphwalks*.parquet or graphwalks*.jsonl) instead of the hub",
