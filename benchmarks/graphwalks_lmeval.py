@@ -9,9 +9,12 @@ lm-eval's graphwalks on that file: `dataset_path: json` with the file as its dat
 through the model's chat template (diffeval `--chat-template`, lm-eval `--apply_chat_template`), both in fp32 on CPU
 from the same checkpoint folder (a GGUF file is dequantized once and both load that folder) with the same threads.
 
-It prints, per length and in all, both harnesses' mean F1 with a 95 % bootstrap interval over the samples, and item by
-item: prompts equal to the character (diffeval's rendered prompt against the one lm-eval logged), outputs equal, F1
-equal; where the means differ beyond the intervals, the samples whose outputs differ with both outputs shown.
+lm-eval runs twice: on the rows as written (OpenAI's prompt text, which ends in a newline), and on the rows without
+that newline, as diffeval's user turn has it (`models.tokenizer.render_prompt` strips the user text's trailing
+whitespace), so that both harnesses get the same prompt to the character. It prints, for each, the prompts equal to
+the character (diffeval's rendered prompt against the one lm-eval logged), the outputs and F1 equal; per length and in
+all, diffeval's and lm-eval's mean F1 with a 95 % bootstrap interval over the samples; and the outputs that still
+differ on the same prompt. lm-eval's runs are read again from `--keep DIR` where it holds them for the same rows.
 
 Needs `pip install -e .[bench]` (lm-eval 0.4.10 or later) and the model: SmolLM2-135M-Instruct from
 `tests/real_checkpoints.py` by default.
@@ -98,8 +101,24 @@ def rebuilt_prompts(model: Path, args, records: list[dict]) -> dict[str, tuple[s
 
 
 def lm_eval_run(model: Path, rows: list[dict], budget: int, threads: int, out: Path) -> list[dict]:
-    """lm-eval's graphwalks scoring and generation on `rows`, in their order."""
+    """lm-eval's graphwalks scoring and generation on `rows`, in their order; read again from `out` where an earlier
+    run of the same rows (--keep) left its samples."""
     folder = out / "tasks"
+    data = folder / "rows.jsonl"
+    if not (data.is_file() and data.read_text() == "".join(json.dumps(row) + "\n" for row in rows)):
+        _lm_eval(model, rows, budget, threads, out)
+    (found,) = sorted((out / "lm-eval").rglob(f"samples_{TASK}_*.jsonl"))
+    logged = sorted((json.loads(line) for line in found.read_text().splitlines()), key=lambda r: r["doc_id"])
+    return [{"prompt": r["arguments"]["gen_args_0"]["arg_0"], "output": r["filtered_resps"][0], "f1": r["f1"],
+             "flexible_f1": r["flexible_f1"]} for r in logged]  # fmt: skip
+
+
+def _lm_eval(model: Path, rows: list[dict], budget: int, threads: int, out: Path) -> None:
+    folder = out / "tasks"
+    if out.exists():
+        import shutil
+
+        shutil.rmtree(out)
     folder.mkdir(parents=True)
     data = folder / "rows.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in rows))
@@ -116,10 +135,6 @@ def lm_eval_run(model: Path, rows: list[dict], budget: int, threads: int, out: P
     run([sys.executable, "-m", "lm_eval", "--include_path", str(folder), "--model", "hf", "--model_args",
          f"pretrained={model},dtype=float32", "--tasks", TASK, "--apply_chat_template", "--device", "cpu",
          "--batch_size", "1", "--output_path", str(out / "lm-eval"), "--log_samples"], threads)  # fmt: skip
-    (found,) = sorted((out / "lm-eval").rglob(f"samples_{TASK}_*.jsonl"))
-    logged = sorted((json.loads(line) for line in found.read_text().splitlines()), key=lambda r: r["doc_id"])
-    return [{"prompt": r["arguments"]["gen_args_0"]["arg_0"], "output": r["filtered_resps"][0], "f1": r["f1"],
-             "flexible_f1": r["flexible_f1"]} for r in logged]  # fmt: skip
 
 
 def interval(values: list[float]) -> str:
@@ -147,24 +162,32 @@ def main() -> None:
     rows = [{"prompt": prompts[r["sample_id"]][0], "answer_nodes": r["answer_nodes"], "problem_type": r["operation"],
              "prompt_chars": len(prompts[r["sample_id"]][0]), "date_added": "diffeval"} for r in records]  # fmt: skip
     budget = 16 + 12 * args.nodes  # diffeval's default answer budget
-    theirs = lm_eval_run(model, rows, budget, args.threads, out)
-    same_prompt = sum(t["prompt"] == prompts[r["sample_id"]][1] for r, t in zip(records, theirs))
-    same_output = [r["output"] == t["output"] for r, t in zip(records, theirs)]
-    same_f1 = sum(abs(r["score"] - t["f1"]) < 1e-9 for r, t in zip(records, theirs))
     print(f"model {model}, max_gen_toks {budget}, {len(records)} samples; folder {out}")
-    print(f"prompts equal to the character: {same_prompt}/{len(records)}; outputs equal: {sum(same_output)}"
-          f"/{len(records)}; F1 equal: {same_f1}/{len(records)}")  # fmt: skip
-    print("| length | samples | diffeval F1 [95 % CI] | lm-eval f1 [95 % CI] | lm-eval flexible_f1 |")
-    print("|---|---|---|---|---|")
+    # OpenAI's prompt ends in a newline, which diffeval's user turn drops (models.tokenizer.render_prompt strips the
+    # user text's trailing whitespace): lm-eval runs on the rows as published, then on the rows without it
+    variants = {"published": rows, "stripped": [{**row, "prompt": row["prompt"].rstrip()} for row in rows]}
+    results = {name: lm_eval_run(model, given, budget, args.threads, out / name) for name, given in variants.items()}
+    for name, theirs in results.items():
+        same_prompt = sum(t["prompt"] == prompts[r["sample_id"]][1] for r, t in zip(records, theirs))
+        same_output = sum(r["output"] == t["output"] for r, t in zip(records, theirs))
+        same_f1 = sum(abs(r["score"] - t["f1"]) < 1e-9 for r, t in zip(records, theirs))
+        print(f"lm-eval on the rows {name}: prompts equal to diffeval's to the character {same_prompt}/{len(records)}, "
+              f"outputs equal {same_output}/{len(records)}, F1 equal {same_f1}/{len(records)}")  # fmt: skip
+    print("| length | samples | diffeval F1 [95 % CI] | lm-eval f1, rows as published | lm-eval f1, rows stripped | "
+          "lm-eval flexible_f1 (published) |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
+    published, stripped = results["published"], results["stripped"]
+    columns = {"ours": [r["score"] for r in records], "published": [t["f1"] for t in published],
+               "stripped": [t["f1"] for t in stripped], "flexible": [t["flexible_f1"] for t in published]}  # fmt: skip
     for ctx in [*sorted({r["ctx"] for r in records}), "all"]:
         picked = [i for i, r in enumerate(records) if ctx == "all" or r["ctx"] == ctx]
-        ours, lm, flexible = ([v[i] for i in picked] for v in ([r["score"] for r in records],
-                              [t["f1"] for t in theirs], [t["flexible_f1"] for t in theirs]))  # fmt: skip
-        print(f"| {ctx} | {len(picked)} | {interval(ours)} | {interval(lm)} | {mean(flexible):.3f} |")
-    for r, t, same in zip(records, theirs, same_output):
-        if not same:
-            print(f"\n{r['sample_id']} ({r['ctx']}, {r['operation']}): diffeval {r['output']!r}")
-            print(f"  lm-eval {t['output']!r}")
+        cells = {name: [values[i] for i in picked] for name, values in columns.items()}
+        print(f"| {ctx} | {len(picked)} | {interval(cells['ours'])} | {interval(cells['published'])} | "
+              f"{interval(cells['stripped'])} | {mean(cells['flexible']):.3f} |")  # fmt: skip
+    for r, t in zip(records, stripped):
+        if r["output"] != t["output"]:
+            print(f"\n{r['sample_id']} ({r['ctx']}, {r['operation']}): diffeval {r['output'][:160]!r}")
+            print(f"  lm-eval (stripped) {t['output'][:160]!r}")
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def _bounds(upper: int) -> list[int]:
 
 
 TITLES = {
-    "scores": "F1, precision and recall by length and operation (strict parse: the last line's 'Final Answer: [..]')",
+    "scores": "F1, precision and recall by length and operation",
     "depth": "BFS: F1, precision and recall by depth",
     "size_edges": "By graph size: edges in the model's prompt (power-of-two buckets, by their upper bound), per "
     "operation",
