@@ -376,6 +376,42 @@ LONGBENCH2 = {
                                          "--prompt lm-eval is lm-eval's log-likelihood prompt: add --mode choices"),
 }  # fmt: skip
 
+# ---- graphwalks: generated graphs' options, and a folder of graphwalks*.jsonl rows (data/graphwalks.py)
+
+
+def graphwalks_rows(rows: list | bytes):
+    def setup(tmp: Path) -> dict[str, Path]:
+        lines = rows if isinstance(rows, bytes) else "".join(json.dumps(r) + "\n" for r in rows)
+        _write(tmp / "graphwalks" / "graphwalks.jsonl", lines)
+        return {"data": tmp / "graphwalks"}
+
+    return setup
+
+
+GRAPHWALKS_ROW = {"prompt": "Operation:\nFind the parents of node ab.\n", "answer_nodes": ["cd"],
+                  "problem_type": "parents"}  # fmt: skip
+GRAPHWALKS_RUN = ["run", "graphwalks", *PAIR, "--ctx", "1k"]
+GRAPHWALKS_ROWS = [*GRAPHWALKS_RUN, "--source", "openai", "--data-dir", "{data}"]
+GRAPHWALKS = {
+    "samples_zero": ([*GRAPHWALKS_RUN, "--samples", "0"], None, "--samples 0: need at least 1"),
+    "samples_superscript": ([*GRAPHWALKS_RUN, "--samples", "²"], None, "'--samples'"),
+    "nodes_one": ([*GRAPHWALKS_RUN, "--nodes", "1"], None, "--nodes 1 --degree 2: need at least 2 nodes"),
+    "degree_zero": ([*GRAPHWALKS_RUN, "--degree", "0"], None, "need at least 2 nodes and 1 out-edge each"),
+    "a_negative_depth_in_a_list": ([*GRAPHWALKS_RUN, "--depths", "1,-2"], None, "--depths 1,-2: give BFS depths"),
+    "an_operation_left_empty": ([*GRAPHWALKS_RUN, "--operations", "bfs,"], None, "an item is empty"),
+    "a_depth_beside_published_rows": ([*GRAPHWALKS_ROWS, "--depths", "3"], graphwalks_rows([GRAPHWALKS_ROW]),
+                                      "--depths 3 applies only with --source generated"),
+    "rows_not_utf8": (GRAPHWALKS_ROWS, graphwalks_rows(b'{"prompt": "\xff"}\n'), "graphwalks.jsonl is not UTF-8 text"),
+    "rows_empty": (GRAPHWALKS_ROWS, graphwalks_rows([]), "its graphwalks files hold no rows"),
+    "row_a_list": (GRAPHWALKS_ROWS, graphwalks_rows([[1, 2]]), "row 0 lacks prompt, answer_nodes or problem_type"),
+    "answer_nodes_a_string": (GRAPHWALKS_ROWS, graphwalks_rows([{**GRAPHWALKS_ROW, "answer_nodes": "cd"}]),
+                              "row 0 is not in the schema of openai/graphwalks"),
+    "problem_type_unknown": (GRAPHWALKS_ROWS, graphwalks_rows([{**GRAPHWALKS_ROW, "problem_type": "dfs"}]),
+                             "row 0 is not in the schema of openai/graphwalks"),
+    "prompt_asks_another_operation": (GRAPHWALKS_ROWS, graphwalks_rows([{**GRAPHWALKS_ROW, "problem_type": "bfs"}]),
+                                      "row 0's prompt asks no bfs operation"),
+}  # fmt: skip
+
 OUTLIERS_RUN = ["run", "outliers", *PAIR, "--ctx", "1k", "--tokens", "2k"]
 OUTLIERS = {
     "tokens_superscript": ([*OUTLIERS_RUN, "--tokens", "²k"], None, "bad context length '²k'"),
@@ -413,7 +449,7 @@ SUITE = {
 TABLES = {
     "nll": NLL, "needle": NEEDLE, "attention": ATTENTION, "mk-niah": MK_NIAH, "mv-niah": MV_NIAH, "vt": VT, "cwe": CWE,
     "nolima": NOLIMA, "distractor-attention": DISTRACTOR_ATTENTION, "icl": ICL, "hallucination": HALLUCINATION,
-    "longbench2": LONGBENCH2, "outliers": OUTLIERS, "suite": SUITE,
+    "longbench2": LONGBENCH2, "graphwalks": GRAPHWALKS, "outliers": OUTLIERS, "suite": SUITE,
 }  # fmt: skip
 CASES = [(command, case) for command, table in TABLES.items() for case in table]
 

@@ -55,6 +55,10 @@ REFUSALS: dict[tuple[str, str], tuple[list[str], str]] = {
     ),
     ("run hallucination", "--data-dir"): ([*HALLUCINATION, "--data-dir", MISSING], MISSING),
     ("run hallucination", "--judge-cache"): ([*HALLUCINATION, "--judge-cache", "{file}"], "--judge-cache"),
+    ("run graphwalks", "--data-dir"): (
+        ["run", "graphwalks", *PAIR, "--ctx", "1k", "--source", "openai", "--data-dir", MISSING],
+        MISSING,
+    ),
     ("run outliers", "--haystack"): (["run", "outliers", *PAIR, "--haystack", f"essays:{MISSING}"], MISSING),
     ("run nll", "--ctx"): (["run", "nll", *PAIR, "--ctx", "128k"], "exceeds diff's max_position"),
     ("run nll", "--data-dir"): (["run", "nll", *PAIR, "--data-dir", MISSING], MISSING),
@@ -98,6 +102,7 @@ REFUSALS |= {
         "quantize": [],
         "zeroshot": [],
         "longbench2": ["--data-dir", "package:fixtures"],
+        "graphwalks": [],
         **{probe: [] for probe in PROBES},
     }.items()
 }

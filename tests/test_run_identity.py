@@ -51,6 +51,7 @@ def _inputs(root: Path) -> dict[str, Path]:
 
 
 # input option → (task, the option's values, the file a run reads, a file beside it the run does not read)
+NOT_FILES = ("judge", "source")  # values an entry gives that name no file
 READS = {
     "needle --haystack essays:FOLDER": ("needle", {"haystack": "essays:{essays}"}, "essays/essay1.txt", "essays/x.md"),
     "needle --haystack essays:FILE": ("needle", {"haystack": "essays:{essays.json}"}, "essays.json", None),
@@ -83,6 +84,12 @@ READS = {
         "fixtures/longbench2.json",
         "fixtures/xsum.jsonl",
     ),
+    "graphwalks --data-dir": (
+        "graphwalks",
+        {"source": "openai", "data_dir": "{fixtures}"},
+        "fixtures/graphwalks.jsonl",
+        "fixtures/xsum.jsonl",
+    ),
     "quantize --include-path": ("quantize", {"include_path": "{lm_tasks}"}, "lm_tasks/mine.yaml", None),
     "zeroshot --include-path": ("zeroshot", {"include_path": "{lm_tasks}"}, "lm_tasks/mine.yaml", None),
 }
@@ -98,7 +105,7 @@ def _config(task: str, values: dict, inputs: dict[str, Path]) -> RunConfig:
 def test_every_option_that_reads_a_file_is_in_the_table():
     """An option declared with `reads` (config.option) without an entry here fails: each is tested below."""
     declared = {(task.name, f.name) for task in TASKS.values() for f in fields(task.options) if f.metadata.get("reads")}
-    tabled = {(task, name) for task, values, _, _ in READS.values() for name in values if name != "judge"}
+    tabled = {(task, name) for task, values, _, _ in READS.values() for name in values if name not in NOT_FILES}
     assert declared <= tabled, f"options that read files but have no entry in READS: {sorted(declared - tabled)}"
 
 
@@ -109,7 +116,7 @@ def test_the_identity_holds_the_content_an_option_reads(entry, tmp_path):
     task, values, read, unread = READS[entry]
     inputs = _inputs(tmp_path)
     before = _config(task, values, inputs)
-    assert set(before.input_sha256) == {name for name in values if name != "judge"}
+    assert set(before.input_sha256) == {name for name in values if name not in NOT_FILES}
     assert before.to_dict()["input_sha256"] == before.input_sha256
     if unread is not None:
         (tmp_path / unread).write_text("not read by the run")

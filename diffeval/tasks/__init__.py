@@ -14,6 +14,7 @@ from diffeval.tasks.analyses import attention, distractor_attention
 from diffeval.tasks.base import Task, configure, registry
 from diffeval.tasks.choices import icl, longbench2
 from diffeval.tasks.conversations import hallucination
+from diffeval.tasks.generated import graphwalks
 from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, needle, nolima, vt
 from diffeval.tasks.internals import outliers, quantize, zeroshot
 from diffeval.tasks.loss import nll
@@ -39,6 +40,7 @@ TASKS = registry(
     quantize.TASK,
     zeroshot.TASK,
     longbench2.TASK,
+    graphwalks.TASK,
     *_plugins(),
 )
 
