@@ -72,8 +72,14 @@ def make_samples(options: MrcrOptions, seed: int, limit: int | None = None, prep
     count = min(options.samples, limit) if limit else options.samples
     if options.source == "generated":
         return _generated(options, seed, count)
-    return [MrcrSample(sample_id(f"mrcr|openai|{row.id}|{row.answer}"), ctx or max(options.ctx), row.n_needles,
-                       row=row, fits=ctx is not None) for row, ctx in prepared[:count * len(options.needles)]]  # fmt: skip
+    taken: dict[int, int] = {}  # rows per needle count: at most `count` of each
+    samples = []
+    for row, ctx in prepared:
+        taken[row.n_needles] = taken.get(row.n_needles, 0) + 1
+        if taken[row.n_needles] <= count:
+            samples.append(MrcrSample(sample_id(f"mrcr|openai|{row.id}|{row.answer}"), ctx or max(options.ctx),
+                                      row.n_needles, row=row, fits=ctx is not None))  # fmt: skip
+    return samples
 
 
 def prepare(context: RunContext[MrcrOptions], tokenizers: dict) -> list[tuple[data.Row, int | None]] | None:
