@@ -77,6 +77,13 @@ READS = {
         "fixtures/xsum.jsonl",
         "fixtures/hotpotqa.jsonl",
     ),
+    "mrcr --replies": ("mrcr", {"rendering": "plain", "replies": "essays:{essays}"}, "essays/essay0.txt", "essays/x.md"),
+    "mrcr --data-dir": (
+        "mrcr",
+        {"rendering": "plain", "source": "openai", "data_dir": "{fixtures}"},
+        "fixtures/mrcr.jsonl",
+        "fixtures/xsum.jsonl",
+    ),
     "quantize --include-path": ("quantize", {"include_path": "{lm_tasks}"}, "lm_tasks/mine.yaml", None),
     "zeroshot --include-path": ("zeroshot", {"include_path": "{lm_tasks}"}, "lm_tasks/mine.yaml", None),
 }
@@ -103,7 +110,7 @@ def test_the_identity_holds_the_content_an_option_reads(entry, tmp_path):
     task, values, read, unread = READS[entry]
     inputs = _inputs(tmp_path)
     before = _config(task, values, inputs)
-    assert set(before.input_sha256) == {name for name in values if name != "judge"}
+    assert set(before.input_sha256) == {name for name in values if name not in ("judge", "rendering", "source")}
     assert before.to_dict()["input_sha256"] == before.input_sha256
     if unread is not None:
         (tmp_path / unread).write_text("not read by the run")
