@@ -224,6 +224,7 @@ NOLIMA = {
 }  # fmt: skip
 
 DA_RUN = ["run", "distractor-attention", *PAIR, "--ctx", "1k", "--samples", "1", "--depths", "50"]
+DA_MRCR = ["run", "distractor-attention", *PAIR, "--ctx", "1k", "--samples", "1", "--probe", "mrcr"]
 DISTRACTOR_ATTENTION = {
     "keys_beside_vt": ([*DA_RUN, "--probe", "vt", "--keys", "3"], None, "--keys 3 applies only with --probe mk-niah"),
     "variants_beside_vt": ([*DA_RUN, "--probe", "vt", "--variants", "1"], None,
@@ -243,6 +244,13 @@ DISTRACTOR_ATTENTION = {
     "chains_beyond_the_values": ([*DA_RUN, "--probe", "vt", "--chains", "100000"], None, "give at most 90,000"),
     "hops_beyond_what_1k_holds": ([*DA_RUN, "--probe", "vt", "--hops", "200"], None, "holds at most"),
     "variant_out_of_range_in_a_list": ([*DA_RUN, "--variants", "2,9"], None, "--variants [2, 9]"),
+    "needles_beside_mk_niah": ([*DA_RUN, "--needles", "2"], None, "--needles 2 applies only with --probe mrcr"),
+    "depths_beside_mrcr": ([*DA_MRCR, "--rendering", "plain", "--depths", "50"], None,
+                           "--depths 50 applies only with --probe mk-niah or vt"),
+    "mrcr_without_a_chat_template": ([*DA_MRCR, "--ctx", "2k"], None,
+                                     "has no chat template in its tokenizer: pass --rendering plain"),
+    "mrcr_needles_beyond_the_length": ([*DA_MRCR, "--rendering", "plain", "--needles", "8"], None,
+                                       "--needles 8 do not fit --ctx 1024"),
 }  # fmt: skip
 
 

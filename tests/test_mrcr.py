@@ -17,6 +17,7 @@ from diffeval.data import mrcr as data
 from diffeval.errors import InputError
 from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer, render_plain
 from diffeval.tasks.conversations import mrcr, turns
+from diffeval.tasks.conversations.mrcr_options import MrcrOptions
 
 FIXTURE = Path(__file__).resolve().parents[1] / "diffeval" / "fixtures" / "mrcr.jsonl"
 PAIR = ["-m", "diff=toy-diff", "-m", "base=toy-base"]
@@ -196,3 +197,20 @@ def test_openais_fixture_through_the_command_line(tmp_path):
     too_long = _records(short)
     assert len(too_long) == 10 and all(r["outcome"] == "too_long" and r["score"] is None for r in too_long)
     assert "| diff    |         5 |          5 |" in (short / "table.md").read_text()  # counted, not dropped
+
+
+def test_the_distractor_attention_probe_reads_the_asked_reply_against_its_look_alikes(tmp_path):
+    out = tmp_path / "attention"
+    result = run_cli("run", "distractor-attention", *PAIR, "--probe", "mrcr", "--rendering", "plain", "--ctx", "1k",
+                     "--needles", "2", "--samples", "1", "--out", str(out))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = {r["model"]: r for r in _records(out)}
+    for model, maps in (("diff", {"A1", "A2", "diff"}), ("base", {"softmax"})):
+        record = records[model]
+        assert set(record["shares"]) == maps and record["setting"] == "2 needles" and record["probe"] == "mrcr"
+        assert min(record["tokens"][s] for s in ("answer", "needles", "noise", "scaffold")) > 0
+        assert record["tokens"]["sink"] == 1 and sum(record["tokens"].values()) == record["prompt_tokens"]
+    # the same conversation as mrcr's own run: the asked reply's tokens are those of one needle reply
+    sample = mrcr.make_samples(MrcrOptions(ctx=[1024], needles=[2], samples=1, rendering="plain"), 0)[0]
+    assert records["diff"]["key"] == sample.conversation.key and records["diff"]["index"] == sample.conversation.index
+    assert "Attention on the answer's sentences against the distractors'" in (out / "table.md").read_text()

@@ -137,13 +137,9 @@ def evaluate(batch: list[MrcrSample], backend, context: RunContext[MrcrOptions])
             records.append(Record("mrcr", backend.info.name, sample.sample_id, 0, 0, 0.0,
                                   {**fields, "output": "", "score": None, "outcome": TOO_LONG}))  # fmt: skip
             continue
+        fitted, needles = conversation_prompt(sample, backend, chat, sample.ctx - budget - reserved)
         if conversation is not None:
-            fitted = turns.fit_turns(backend, conversation.messages, sample.ctx - budget - reserved, chat)
-            needles = conversation.messages(fitted.fillers, fitted.last_words)[1]
             fields |= {"fillers": fitted.fillers, "last_words": fitted.last_words}
-        else:
-            assert row is not None
-            fitted, needles = turns.render(backend, list(row.messages), chat), row.needle_messages
         asked = needles[fields["index"] - 1]
         stop = [] if chat else ["\nUser:"]  # a plain rendering's reply ends where the next turn would begin
         (out,) = thinking.generate(backend, context, [thinking.Ask(fitted.ids, fitted.text, "")], budget, stop)
@@ -159,6 +155,16 @@ def evaluate(batch: list[MrcrSample], backend, context: RunContext[MrcrOptions])
         records.append(Record("mrcr", backend.info.name, sample.sample_id, len(fitted.ids),
                               thinking.generated_tokens(out), seconds, fields))  # fmt: skip
     return records
+
+
+def conversation_prompt(sample: MrcrSample, backend, chat: bool, budget: int) -> tuple[turns.Rendered, list[int]]:
+    """The sample's conversation as this model reads it (a generated one fitted to `budget` prompt tokens), and the
+    message index of each needle reply, in order."""
+    if sample.conversation is not None:
+        fitted = turns.fit_turns(backend, sample.conversation.messages, budget, chat)
+        return fitted, sample.conversation.messages(fitted.fillers, fitted.last_words)[1]
+    assert sample.row is not None
+    return turns.render(backend, list(sample.row.messages), chat), sample.row.needle_messages
 
 
 def _shared_fields(sample: MrcrSample, rendering: str, budget: int) -> dict:
