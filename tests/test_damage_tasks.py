@@ -352,11 +352,22 @@ HALLUCINATION = {
 # ---- mrcr: built conversations (data/mrcr.py) and OpenAI's rows in a file of their schema
 
 MRCR_RUN = ["run", "mrcr", *PAIR, "--ctx", "2k", "--samples", "1", "--rendering", "plain"]
-MRCR_ROW = {"prompt": json.dumps([{"role": "user", "content": "write a poem about owls"},
-                                  {"role": "assistant", "content": "An owl."},
-                                  {"role": "user", "content": "Prepend ab12 to the 1st (1 indexed) poem about owls."}]),
-            "answer": "ab12An owl.", "random_string_to_prepend": "ab12", "n_needles": 1, "desired_msg_index": 1,
-            "total_messages": 3, "n_chars": 200, "date_added": "12-05-2026"}
+MRCR_ROW = {
+    "prompt": json.dumps(
+        [
+            {"role": "user", "content": "write a poem about owls"},
+            {"role": "assistant", "content": "An owl."},
+            {"role": "user", "content": "Prepend ab12 to the 1st (1 indexed) poem about owls."},
+        ]
+    ),
+    "answer": "ab12An owl.",
+    "random_string_to_prepend": "ab12",
+    "n_needles": 1,
+    "desired_msg_index": 1,
+    "total_messages": 3,
+    "n_chars": 200,
+    "date_added": "12-05-2026",
+}
 
 
 def mrcr_file(rows: list | bytes, name: str = "mrcr.jsonl", folder: bool = False):
@@ -385,7 +396,8 @@ MRCR = {
     "data_dir_without_the_openai_source": ([*MRCR_RUN, "--data-dir", "{data}"], mrcr_file([MRCR_ROW]),
                                            "applies only with --source openai"),
     "data_file_missing": ([*MRCR_OPENAI[:-1], "/no/such/mrcr.jsonl"], None, "does not exist"),
-    "data_folder_without_a_file": (MRCR_OPENAI, mrcr_file([MRCR_ROW], "other.jsonl", folder=True), "holds neither mrcr.parquet"),
+    "data_folder_without_a_file": (MRCR_OPENAI, mrcr_file([MRCR_ROW], "other.jsonl", folder=True),
+                                   "holds neither mrcr.parquet"),
     "data_line_not_json": (MRCR_OPENAI, mrcr_file(b"{not json\n"), "line 1 is not JSON"),
     "data_in_another_schema": (MRCR_OPENAI, mrcr_file([{"document": "x", "summary": "y"}]),
                                "not OpenAI's MRCR schema"),

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli_in_process as run_cli
 from test_chat_templates import TINY_TEMPLATE
 
+from conftest import run_cli_in_process as run_cli
 from diffeval.data import mrcr as data
 from diffeval.errors import InputError
 from diffeval.models.tokenizer import HFTokenizer, PromptTokenizer, render_plain
@@ -166,8 +166,11 @@ def test_records_through_the_command_line_and_resume(tmp_path):
     assert {(r["model"], r["n_needles"], r["ctx"]) for r in records} == {("diff", 2, 1024), ("base", 2, 1024)}
     assert len(records) == 4
     for r in records:
-        assert r["rendering"] == "plain" and r["source"] == "generated" and r["expected"].startswith(
-            r["random_string_to_prepend"])
+        assert (
+            r["rendering"] == "plain"
+            and r["source"] == "generated"
+            and r["expected"].startswith(r["random_string_to_prepend"])
+        )
         assert r["score"] == mrcr.score(r["output"], r["expected"], r["random_string_to_prepend"])
         assert 0.99 * r["prompt_budget"] <= r["prompt_tokens"] <= r["prompt_budget"]
         assert r["prompt_budget"] == 1024 - r["answer_budget"] and r["distance_to_end"] > r["distance_to_last_needle"]
@@ -179,7 +182,8 @@ def test_records_through_the_command_line_and_resume(tmp_path):
     resumed = _records(out)
     assert resumed[:2] == records[:2] and len(resumed) == 4
     assert sorted((r["model"], r["sample_id"], r["output"]) for r in resumed) == sorted(
-        (r["model"], r["sample_id"], r["output"]) for r in records)  # greedy: the same outputs again
+        (r["model"], r["sample_id"], r["output"]) for r in records
+    )  # greedy: the same outputs again
 
 
 def test_openais_fixture_through_the_command_line(tmp_path):

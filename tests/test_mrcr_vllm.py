@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import run_cli
 
 pytest.importorskip(
@@ -27,8 +28,8 @@ def test_hf_and_vllm_give_equal_mrcr_records(tmp_path):
     runs = {}
     for backend in ("hf", "vllm"):
         out = tmp_path / backend
-        result = run_cli("run", "mrcr", "-m", "diff=toy-diff", "-m", "base=toy-base", "--rendering", "plain",
-                         "--ctx", "1k", "--needles", "2", "--samples", "2", "--backend", backend, "--out", str(out))  # fmt: skip
+        args = ["--rendering", "plain", "--ctx", "1k", "--needles", "2", "--samples", "2", "--backend", backend]
+        result = run_cli("run", "mrcr", "-m", "diff=toy-diff", "-m", "base=toy-base", *args, "--out", str(out))
         assert result.returncode == 0, result.stderr
         runs[backend] = _records(out)
     assert len(runs["hf"]) == 4 and runs["hf"].keys() == runs["vllm"].keys()

@@ -77,7 +77,12 @@ READS = {
         "fixtures/xsum.jsonl",
         "fixtures/hotpotqa.jsonl",
     ),
-    "mrcr --replies": ("mrcr", {"rendering": "plain", "replies": "essays:{essays}"}, "essays/essay0.txt", "essays/x.md"),
+    "mrcr --replies": (
+        "mrcr",
+        {"rendering": "plain", "replies": "essays:{essays}"},
+        "essays/essay0.txt",
+        "essays/x.md",
+    ),
     "mrcr --data-dir": (
         "mrcr",
         {"rendering": "plain", "source": "openai", "data_dir": "{fixtures}"},

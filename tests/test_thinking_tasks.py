@@ -453,8 +453,8 @@ def test_mrcr_answers_after_thinking_and_never_grades_unclosed_thinking(scripted
     answers, loops = records["answers"], records["loops"]
     assert answers["outcome"] == "answered" and answers["thinking_closed"] and answers["thinking_tokens"] > 0
     assert answers["score"] == 0.0  # the script writes no random string: OpenAI's 0, graded after the thinking
-    assert answers["rendering"] == "chat" and answers["prompt_budget"] == 2048 - answers["answer_budget"] - (
-        BUDGET + MARGIN)
+    assert answers["rendering"] == "chat"
+    assert answers["prompt_budget"] == 2048 - answers["answer_budget"] - (BUDGET + MARGIN)
     assert loops["outcome"] == UNCLOSED and loops["score"] is None and loops["output"] == ""
     assert "answers 0, loops 1 samples" in (out / "table.md").read_text()
 

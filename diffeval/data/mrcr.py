@@ -100,7 +100,10 @@ class Conversation:
         needles: list[int] = []
         for i in range(fillers + 1):
             for k in (k for k, at in enumerate(before) if at == i):
-                messages += [{"role": "user", "content": turn}, {"role": "assistant", "content": self.needle_replies[k]}]
+                messages += [
+                    {"role": "user", "content": turn},
+                    {"role": "assistant", "content": self.needle_replies[k]},
+                ]
                 needles.append(len(messages) - 1)
             if i < fillers:
                 ask, reply = self.fillers.turn(i, last_words if i == fillers - 1 else None)

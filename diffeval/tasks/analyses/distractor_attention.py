@@ -41,8 +41,6 @@ from diffeval.tasks.analyses.shares import (
     sample_view,
     segments_out,
 )
-from diffeval.tasks.conversations import mrcr
-from diffeval.tasks.conversations.mrcr_options import RENDERINGS, MrcrOptions
 from diffeval.tasks.base import (
     ContextBudget,
     Listing,
@@ -55,6 +53,8 @@ from diffeval.tasks.base import (
     with_cells,
     with_skipped_layers,
 )
+from diffeval.tasks.conversations import mrcr
+from diffeval.tasks.conversations.mrcr_options import RENDERINGS, MrcrOptions
 from diffeval.tasks.haystack import mk_niah, vt
 from diffeval.tasks.haystack.options import DepthOptions
 from diffeval.tasks.haystack.probes import MIN_PROMPT_TOKENS
@@ -178,14 +178,13 @@ def mrcr_prompt(sample: mrcr.MrcrSample, backend: Backend, rendering: str) -> tu
 
 def evaluate(batch: list, backend: Backend, context: RunContext[DistractorAttentionOptions]) -> list[Record]:
     options = context.options
-    recipe, inner = (None, None) if options.probe == MRCR else (recipe_of(options), probe_context(context))
     records = []
     for sample in batch:
         start = time.perf_counter()
-        if recipe is None:
+        if options.probe == MRCR:
             ids, segments, cell = mrcr_prompt(sample, backend, options.rendering)
         else:
-            prompt = fitted_prompt(recipe, sample, backend, inner)
+            prompt = fitted_prompt(recipe_of(options), sample, backend, probe_context(context))
             ids, segments = prompt.ids, segment_ids(prompt, sample)
             cell = {"probe": sample.task, "ctx": sample.ctx, "depth": sample.depth, "setting": sample.setting,
                     "seed": sample.seed, "index": sample.index}  # fmt: skip

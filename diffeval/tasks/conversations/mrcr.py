@@ -37,7 +37,9 @@ def grade(response: str, answer: str, random_string: str) -> float:
     of response and answer, each without the string."""
     if not response.startswith(random_string):
         return 0.0
-    return difflib.SequenceMatcher(None, response.removeprefix(random_string), answer.removeprefix(random_string)).ratio()
+    return difflib.SequenceMatcher(
+        None, response.removeprefix(random_string), answer.removeprefix(random_string)
+    ).ratio()
 
 
 def score(output: str, answer: str, random_string: str) -> float:
@@ -91,8 +93,8 @@ def prepare(context: RunContext[MrcrOptions], tokenizers: dict) -> list[tuple[da
     if options.source == "openai":
         found = []
         for row in data.load(options.data_dir, options.needles, options.samples):
-            need = max(len(t.encode(t.render_messages(list(row.messages), chat, name)).ids) + answer_budget(t, row.answer)
-                       for name, t in tokenizers.items())  # fmt: skip
+            need = max(len(t.encode(t.render_messages(list(row.messages), chat, name)).ids)
+                       + answer_budget(t, row.answer) for name, t in tokenizers.items())  # fmt: skip
             found.append((row, next((ctx for ctx in sorted(options.ctx) if need + reserved <= ctx), None)))
         return found
     for sample in _generated(options, context.seed, min(options.samples, context.limit or options.samples)):

@@ -62,7 +62,9 @@ class MrcrOptions:
             raise InputError(f"--samples {self.samples}: give at least 1")
         if self.index is not None:
             if self.source == "openai":
-                raise InputError("--index applies to generated conversations; OpenAI's rows name their own: leave it out")
+                raise InputError(
+                    "--index applies to generated conversations; OpenAI's rows name their own: leave it out"
+                )
             if not 1 <= self.index <= min(self.needles):
                 raise InputError(f"--index {self.index} is beyond the needle count {min(self.needles)} of --needles "
                                  f"{','.join(map(str, self.needles))}: give 1 to {min(self.needles)}")  # fmt: skip

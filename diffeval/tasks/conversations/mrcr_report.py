@@ -41,7 +41,11 @@ def distance_bucket(tokens: float) -> str:
 
 
 def _bucket_order(names) -> list[str]:
-    order = ["0 (the last)", *(distance_bucket(high) for high in DISTANCE_EDGES[1:]), f"{format_ctx(DISTANCE_EDGES[-1])}+"]
+    order = [
+        "0 (the last)",
+        *(distance_bucket(high) for high in DISTANCE_EDGES[1:]),
+        f"{format_ctx(DISTANCE_EDGES[-1])}+",
+    ]
     return [name for name in order if name in set(names)]
 
 
