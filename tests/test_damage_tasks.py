@@ -387,7 +387,7 @@ MRCR = {
                                                      "has no chat template in its tokenizer: pass --rendering plain"),
     "more_needles_than_the_length_holds": ([*MRCR_RUN, "--ctx", "1k", "--needles", "8"], None,
                                            "--needles 8 do not fit --ctx 1024 for model diff: at most"),
-    "ctx_below_one_turn": ([*MRCR_RUN, "--ctx", "200"], None, "--ctx 200 is below what one turn needs"),
+    "ctx_below_one_turn": ([*MRCR_RUN, "--ctx", "100"], None, "--ctx 100 is below what one turn needs"),
     "index_beyond_the_needle_count": ([*MRCR_RUN, "--needles", "2,4", "--index", "3"], None,
                                       "--index 3 is beyond the needle count 2"),
     "chat_template_beside_the_plain_rendering": ([*MRCR_RUN, "--chat-template"], None,

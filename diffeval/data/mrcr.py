@@ -35,7 +35,7 @@ TOPICS = ("tapirs", "lighthouses", "frogs", "glaciers", "bicycles", "owls", "vol
           "harbours", "comets", "orchards")  # fmt: skip
 FORMATS_PER_CONVERSATION = 4  # the formats one conversation draws its requests from, the needle's among them
 TOPICS_PER_CONVERSATION = 4
-PASSAGE_WORDS = (20, 60)  # a reply's length in words: whole sentences up to a seeded target in this range
+PASSAGE_WORDS = (15, 40)  # a reply's length in words: whole sentences up to a seeded target in this range
 RANDOM_STRING_LENGTH = 10  # OpenAI's strings are 10 letters and digits ("aYooSG8CQg")
 HUB_ID = "openai/mrcr"
 FILE_NAMES = ("mrcr.parquet", "mrcr.jsonl")  # what a --data-dir folder holds, read in this order

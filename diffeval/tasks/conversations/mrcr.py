@@ -21,15 +21,14 @@ from dataclasses import dataclass, replace
 
 from diffeval.data import mrcr as data
 from diffeval.errors import InputError
-from diffeval.records import MayBeAbsent, Record, sample_id
+from diffeval.records import Record, sample_id
 from diffeval.tasks import thinking
 from diffeval.tasks.base import ContextBudget, Listing, Reporting, RunContext, Running, Scoring, Task, Viewing
 from diffeval.tasks.conversations import turns
 from diffeval.tasks.conversations.mrcr_options import MrcrOptions
-from diffeval.tasks.conversations.mrcr_report import FLOOR, TITLES, sample_view, tables
+from diffeval.tasks.conversations.mrcr_report import FLOOR, RECORD_SCHEMA, TITLES, TOO_LONG, sample_view, tables
 
 ANSWER_MARGIN = 16  # tokens beyond the expected answer's own, and a tenth of them: a reply may re-tokenize longer
-TOO_LONG = "too_long"  # the outcome of an OpenAI row that fits no --ctx for some model: counted, never generated
 
 
 def grade(response: str, answer: str, random_string: str) -> float:
@@ -120,8 +119,9 @@ def _check_fits(sample: MrcrSample, tokenizer, name: str, chat: bool, reserved: 
         raise InputError(f"--ctx {sample.ctx} is below what one turn needs: model {name}'s shortest conversation (one "
                          f"needle and the question) and its answer take {least(1)} tokens: use at least --ctx "
                          f"{least(1)}")  # fmt: skip
-    raise InputError(f"--needles {sample.n_needles} do not fit --ctx {sample.ctx} for model {name}: at most {most} "
-                     f"needles fit beside the answer: use --needles {most} or fewer, or a longer --ctx")  # fmt: skip
+    fit = "1 needle fits" if most == 1 else f"{most} needles fit"
+    raise InputError(f"--needles {sample.n_needles} do not fit --ctx {sample.ctx} for model {name}: at most {fit} "
+                     f"beside the answer: use --needles {most} or fewer, or a longer --ctx")  # fmt: skip
 
 
 def evaluate(batch: list[MrcrSample], backend, context: RunContext[MrcrOptions]) -> list[Record]:
@@ -183,6 +183,22 @@ def _shared_fields(sample: MrcrSample, rendering: str, budget: int) -> dict:
     return {"ctx": sample.ctx, "n_needles": sample.n_needles, "rendering": rendering, "answer_budget": budget, **own}
 
 
+def sizing(samples: list[MrcrSample], tokenizer, context: RunContext[MrcrOptions]) -> tuple[int, int]:
+    """For --dry-run: a built conversation fills its prompt budget (within 1 %), an OpenAI row is its rendering; each
+    generates at most its answer budget (and the thinking budget)."""
+    prompt = generated = 0
+    chat, reserved = context.options.rendering == "chat", thinking.reserve(context)
+    for sample in samples:
+        expected = sample.conversation.expected if sample.conversation else sample.row.answer  # type: ignore[union-attr]
+        budget = answer_budget(tokenizer, expected)
+        if sample.row is not None:
+            prompt += len(tokenizer.encode(tokenizer.render_messages(list(sample.row.messages), chat)).ids)
+        else:
+            prompt += sample.ctx - budget - reserved
+        generated += budget + (thinking.budget(context) or 0)
+    return prompt, generated
+
+
 LEAST_PROMPT = 64  # tokens: the fewest a conversation (needle turns and the question) could take
 LEAST_ANSWER = 24  # tokens: the random string and a few words; each sample's own budget is checked in `prepare`
 
@@ -194,36 +210,12 @@ def budget(context: RunContext[MrcrOptions]) -> ContextBudget:
     return ContextBudget(context.lengths, LEAST_ANSWER, LEAST_PROMPT, thinking=thinking.reserve(context))
 
 
-RECORD_SCHEMA = {
-    "ctx": int,
-    "n_needles": int,
-    "index": int,
-    "source": str,
-    "rendering": str,
-    "expected": str,
-    "random_string_to_prepend": str,
-    "output": str,
-    "score": float | None,
-    "answer_budget": int,
-    "distance_to_end": MayBeAbsent(int),  # absent where nothing ran: an OpenAI row too long for every --ctx
-    "distance_to_last_needle": MayBeAbsent(int),
-    "prompt_budget": MayBeAbsent(int),
-    "format": MayBeAbsent(str),  # a generated conversation's
-    "topic": MayBeAbsent(str),
-    "key": MayBeAbsent(str),
-    "fillers": MayBeAbsent(int),
-    "last_words": MayBeAbsent(int | None),
-    "row": MayBeAbsent(str),  # an OpenAI row's number
-    **thinking.THINKING_SCHEMA,
-}
-
-
 TASK = Task(
     name="mrcr",
     help="OpenAI-MRCR: reproduce the i-th of several identical requests' replies in a long conversation.",
     options=MrcrOptions,
     run_options=("chat_template", *thinking.RUN_OPTIONS),
-    running=Running(make_samples=make_samples, evaluate=evaluate, budget=budget, prepare=prepare),
+    running=Running(make_samples=make_samples, evaluate=evaluate, budget=budget, prepare=prepare, sizing=sizing),
     reporting=Reporting(
         tables=tables,
         titles=TITLES,

@@ -10,6 +10,7 @@ from diffeval.data import mrcr as data
 from diffeval.errors import InputError
 from diffeval.longctx.lengths import format_ctx
 from diffeval.models.tokenizer import PLAIN_ROLES
+from diffeval.records import MayBeAbsent
 from diffeval.tasks import thinking
 from diffeval.tasks.base import RunContext, with_cells
 from diffeval.tasks.conversations.mrcr_options import MrcrOptions
@@ -17,8 +18,34 @@ from diffeval.tasks.conversations.mrcr_options import MrcrOptions
 if TYPE_CHECKING:  # annotations only: heavy libraries load inside the functions that use them (a fast CLI)
     import pandas as pd
 
+TOO_LONG = "too_long"  # the outcome of an OpenAI row that fits no --ctx for some model: counted, never generated
 FLOOR = 0.05  # a mean score at or below this: the model hardly ever starts with the random string; no difference read
 DISTANCE_EDGES = (0, 1024, 4096, 16384, 65536)  # tokens from the asked reply to the last needle's: bucket edges
+# the record fields the tables, view and pairing read; a generated conversation's and an OpenAI row's own are absent
+# from the other's records
+RECORD_SCHEMA = {
+    "ctx": int,
+    "n_needles": int,
+    "index": int,
+    "source": str,
+    "rendering": str,
+    "expected": str,
+    "random_string_to_prepend": str,
+    "output": str,
+    "score": float | None,
+    "answer_budget": int,
+    "distance_to_end": MayBeAbsent(int),  # absent where nothing ran: an OpenAI row too long for every --ctx
+    "distance_to_last_needle": MayBeAbsent(int),
+    "prompt_budget": MayBeAbsent(int),
+    "format": MayBeAbsent(str),  # a generated conversation's
+    "topic": MayBeAbsent(str),
+    "key": MayBeAbsent(str),
+    "fillers": MayBeAbsent(int),
+    "last_words": MayBeAbsent(int | None),
+    "row": MayBeAbsent(str),  # an OpenAI row's number
+    **thinking.THINKING_SCHEMA,
+}
+
 TITLES = {
     "by_length": "Score by length (mean OpenAI-MRCR grade), with samples per model",
     "by_needles": "Score by needle count and length",
@@ -93,7 +120,7 @@ def _rendering_words(records: pd.DataFrame) -> str:
 def _outcomes(records: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     frame = records.assign(
         prefixed=[o.lstrip().startswith(s) for o, s in zip(records["output"], records["random_string_to_prepend"])],
-        too_long=records["outcome"].eq("too_long") if "outcome" in records else False,
+        too_long=records["outcome"].eq(TOO_LONG) if "outcome" in records else False,
     )
     ran = frame[~frame["too_long"]]
     table = frame.groupby("model", sort=False).agg(samples=("sample_id", "count"), too_long=("too_long", "sum"))
@@ -101,7 +128,7 @@ def _outcomes(records: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     table["score"] = records.groupby("model", sort=False)["score"].mean()
     table["too_long"] = table["too_long"].astype(int)
     table = table.reindex(models)
-    return with_cells(table.round(3), [{"model": m} for m in models], [{}, {"outcome": "too_long"}, {}, {}])
+    return with_cells(table.round(3), [{"model": m} for m in models], [{}, {"outcome": TOO_LONG}, {}, {}])
 
 
 # ---- the sample view ----------------------------------------------------------------------------------------------
