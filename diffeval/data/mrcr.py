@@ -246,8 +246,11 @@ def load(data_dir: str | None, needles: list[int], count: int | None = None) -> 
     raw = _read_local(local_file(data_dir)) if data_dir else _read_hub()
     rows, taken = [], dict.fromkeys(needles, 0)
     for number, item in enumerate(raw):
+        needles_of = item.get("n_needles") if isinstance(item, dict) else None
+        if needles_of in taken and count is not None and taken[needles_of] >= count:
+            continue  # a row past the count is not parsed (the hub's prompts reach millions of characters)
         row = _row(item, number, data_dir or HUB_ID)
-        if row.n_needles in taken and (count is None or taken[row.n_needles] < count):
+        if row.n_needles in taken:
             taken[row.n_needles] += 1
             rows.append(row)
     if not rows:

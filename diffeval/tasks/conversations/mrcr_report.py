@@ -92,11 +92,13 @@ def tables(records: pd.DataFrame, options: MrcrOptions, paper: bool = False) -> 
         by_length["samples"] = scored.groupby("model")["sample_id"].count().reindex(models).fillna(0).astype(int)
         out["by_length"] = with_cells(by_length.round(3), [{"model": m} for m in models], [*cells, {}])
         needles = _pivot(scored, ["n_needles", "ctx"]).reindex(index=models)
-        out["by_needles"] = with_cells(needles.round(3), [{"model": m} for m in models],
-                                       [{"n_needles": int(n), "ctx": int(c)} for n, c in needles.columns])  # fmt: skip
+        cells = [{"n_needles": int(n), "ctx": int(c)} for n, c in needles.columns]
+        needles.columns = [f"{n} needles / {format_ctx(int(c))}" for n, c in needles.columns]
+        out["by_needles"] = with_cells(needles.round(3), [{"model": m} for m in models], cells)
         index = _pivot(scored, ["n_needles", "index"]).reindex(index=models)
-        out["by_index"] = with_cells(index.round(3), [{"model": m} for m in models],
-                                     [{"n_needles": int(n), "index": int(i)} for n, i in index.columns])  # fmt: skip
+        cells = [{"n_needles": int(n), "index": int(i)} for n, i in index.columns]
+        index.columns = [f"{n} needles / #{i}" for n, i in index.columns]
+        out["by_index"] = with_cells(index.round(3), [{"model": m} for m in models], cells)
         if "distance_to_last_needle" in scored:
             buckets = scored.assign(distance=scored["distance_to_last_needle"].map(distance_bucket))
             distance = _pivot(buckets, ["distance"]).reindex(index=models)
