@@ -136,7 +136,7 @@ REFUSALS = {
     ),
     "a budget in a preset of a task that generates nothing": (
         ["run", "attention", "--config", "{preset}"],
-        "--thinking-budget does not apply to attention, only to needle, hallucination, mk-niah",
+        "--thinking-budget does not apply to attention, only to needle, hallucination, mrcr, mk-niah",
     ),
     "a judge budget on the overlap judge": (
         ["run", "hallucination", "--judge", "overlap", "--judge-thinking-budget", "16"],
