@@ -22,7 +22,7 @@ class MrcrOptions:
     ctx: list[int] = context_option([2048, 4096, 8192], help="context lengths, e.g. 4k,32k,128k [default: 2k,4k,8k]")
     needles: list[int] = option([2, 4, 8], help="needle counts: identical requests per conversation [default: 2,4,8]",
                                 parse=int_list("--needles"))  # fmt: skip
-    samples: int = option(8, help="conversations per length and needle count [default: 8]")
+    samples: int = option(8, help="conversations per length and needle count [default: 8]", identity=False)
     index: int | None = option(
         None, type=int, help="ask for this needle (1-based) in every conversation [default: seeded per conversation]"
     )
