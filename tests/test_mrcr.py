@@ -54,6 +54,23 @@ def test_a_reply_that_begins_with_whitespace_is_graded_as_a_chat_api_returns_it(
     assert mrcr.grade(" ab12An owl sat.", "ab12An owl sat.", "ab12") == 0.0
 
 
+def test_what_an_output_reproduces_is_told_apart_from_its_grade():
+    conversation = data.build("copy|0", "book", 4, 2)
+    messages, needles = conversation.messages(12)
+    asked, rs = needles[1], conversation.random_string
+    right = mrcr.copied(rs + conversation.needle_replies[1], rs, messages, asked, needles)
+    assert right == {"copied": "asked", "copied_ratio": 1.0}
+    wrong = conversation.needle_replies[3]  # the 4th needle's reply, without the string: graded 0
+    assert mrcr.copied(wrong, rs, messages, asked, needles)["copied"] == "look-alike"
+    assert mrcr.score(wrong, conversation.expected, rs) == 0.0
+    filler = next(m["content"] for i, m in enumerate(messages) if m["role"] == "assistant" and i not in needles)
+    assert mrcr.copied(" " + filler[:-3], rs, messages, asked, needles)["copied"] == "other"
+    assert mrcr.copied("in in in in in", rs, messages, asked, needles)["copied"] == "none"
+    partly = rs + conversation.needle_replies[1][: len(conversation.needle_replies[1]) // 2]
+    ratio = difflib.SequenceMatcher(None, partly[len(rs) :], conversation.needle_replies[1]).ratio()
+    assert mrcr.copied(partly, rs, messages, asked, needles)["copied_ratio"] == round(ratio, 4)
+
+
 def test_a_built_conversation_has_openais_structure():
     conversation = data.build("t|0", "book", 4, None)
     assert conversation == data.build("t|0", "book", 4, None)  # pure and seeded
@@ -172,6 +189,7 @@ def test_records_through_the_command_line_and_resume(tmp_path):
             and r["expected"].startswith(r["random_string_to_prepend"])
         )
         assert r["score"] == mrcr.score(r["output"], r["expected"], r["random_string_to_prepend"])
+        assert r["copied"] in ("asked", "look-alike", "other", "none") and 0 <= r["copied_ratio"] <= 1
         assert 0.99 * r["prompt_budget"] <= r["prompt_tokens"] <= r["prompt_budget"]
         assert r["prompt_budget"] == 1024 - r["answer_budget"] and r["distance_to_end"] > r["distance_to_last_needle"]
     assert "rendering: plain" in (out / "table.md").read_text()

@@ -47,6 +47,18 @@ def score(output: str, answer: str, random_string: str) -> float:
     return grade(output.lstrip(), answer, random_string)
 
 
+COPY_RATIO = 0.5  # an output this close (SequenceMatcher ratio) to a reply of the conversation reproduces it
+
+
+def copied(output: str, random_string: str, messages: list[dict], asked: int, needles: list[int]) -> dict:
+    """Which reply the output reproduces, a diagnostic beside the grade: the asked one, a look-alike needle's, another
+    reply, or none (no reply within COPY_RATIO); and its ratio. The random string, where written, is not compared."""
+    text = output.lstrip().removeprefix(random_string)
+    index, ratio = turns.closest_reply(text, messages)
+    kind = "asked" if index == asked else "look-alike" if index in needles else "other"
+    return {"copied": kind if ratio >= COPY_RATIO else "none", "copied_ratio": round(ratio, 4)}
+
+
 @dataclass(frozen=True)
 class MrcrSample:
     sample_id: str
@@ -151,6 +163,7 @@ def evaluate(batch: list[MrcrSample], backend, context: RunContext[MrcrOptions])
             "distance_to_end": len(fitted.ids) - fitted.spans[asked][1],
             "distance_to_last_needle": turns.distance(fitted.spans, asked, [needles[-1]])[0],
             "prompt_budget": sample.ctx - budget - reserved,
+            **copied(out.text, fields["random_string_to_prepend"], fitted.messages, asked, needles),
             **thinking.thinking_fields(out),
         }
         seconds = time.perf_counter() - start

@@ -43,6 +43,8 @@ RECORD_SCHEMA = {
     "fillers": MayBeAbsent(int),
     "last_words": MayBeAbsent(int | None),
     "row": MayBeAbsent(str),  # an OpenAI row's number
+    "copied": MayBeAbsent(str),  # which reply the output reproduces (a diagnostic): asked | look-alike | other | none
+    "copied_ratio": MayBeAbsent(float),
     **thinking.THINKING_SCHEMA,
 }
 
@@ -52,6 +54,9 @@ TITLES = {
     "by_index": "Score by the asked needle's index (1-based) within its needle count",
     "by_distance": "Score by the distance (tokens) from the asked reply to the last needle's reply",
     "outcomes": "Outcomes: samples, share starting with the random string, too long for every length, mean score",
+    "copied": "What the outputs reproduce (a diagnostic, not the grade): share of outputs whose closest reply of the "
+    "conversation (SequenceMatcher ratio at least 0.5, the random string left out) is the asked one, a look-alike "
+    "needle's, another reply, or none, by needle count",
     "thinking": thinking.TITLE,
 }
 
@@ -106,6 +111,8 @@ def tables(records: pd.DataFrame, options: MrcrOptions, paper: bool = False) -> 
             out["by_distance"] = with_cells(distance.round(3), [{"model": m} for m in models],
                                             [None] * distance.shape[1])  # fmt: skip
     out["outcomes"] = _outcomes(records, models)
+    if "copied" in records and records["copied"].notna().any():
+        out["copied"] = _copied(records.dropna(subset=["copied"]), models)
     if thinking.has_thinking(records):
         out["thinking"] = thinking.thinking_table(records)
     note = "rendering: " + ", ".join(sorted(set(records["rendering"]))) + _rendering_words(records)
@@ -131,6 +138,18 @@ def _outcomes(records: pd.DataFrame, models: list[str]) -> pd.DataFrame:
     table["too_long"] = table["too_long"].astype(int)
     table = table.reindex(models)
     return with_cells(table.round(3), [{"model": m} for m in models], [{}, {"outcome": TOO_LONG}, {}, {}])
+
+
+COPIED = ("asked", "look-alike", "other", "none")
+
+
+def _copied(frame: pd.DataFrame, models: list[str]) -> pd.DataFrame:
+    shares = frame.groupby(["model", "n_needles"])["copied"].value_counts(normalize=True).unstack(fill_value=0.0)
+    shares = shares.reindex(columns=list(COPIED), fill_value=0.0)
+    shares["n"] = frame.groupby(["model", "n_needles"])["sample_id"].count()
+    shares = shares.reindex([key for m in models for key in shares.index if key[0] == m])
+    rows = [{"model": m, "n_needles": int(n)} for m, n in shares.index]
+    return with_cells(shares.round(3), rows, [{"copied": kind} for kind in COPIED] + [{}])
 
 
 # ---- the sample view ----------------------------------------------------------------------------------------------
@@ -172,6 +191,7 @@ def sample_view(context: RunContext[MrcrOptions], records: dict[str, dict], toke
             Field("prompt tokens", record.get("prompt_tokens")), Field("answer budget", record.get("answer_budget")),
             Field("distance to the end", record.get("distance_to_end")),
             Field("distance to the last needle", record.get("distance_to_last_needle")),
+            Field("reproduces", f"{record['copied']} ({record.get('copied_ratio')})" if record.get("copied") else "—"),
         ])
         for name, record in records.items()
     ]  # fmt: skip

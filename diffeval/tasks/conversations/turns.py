@@ -9,6 +9,7 @@ model cuts the same stream at its own budget, as the haystack tasks cut their te
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -84,3 +85,22 @@ def _most(fits: Callable[[int], bool], low: int) -> int:
 def distance(spans: dict[int, Span], start: int, ends: Sequence[int]) -> list[int]:
     """Tokens from the end of reply `start` to the start of each of `ends` (message indices), 0 for itself."""
     return [max(spans[end][0] - spans[start][1], 0) if end != start else 0 for end in ends]
+
+
+def closest_reply(text: str, messages: Messages) -> tuple[int, float]:
+    """The assistant reply `text` is closest to, by difflib's SequenceMatcher(None, text, reply).ratio() (OpenAI-MRCR's
+    grade), and that ratio; (-1, 0.0) where the conversation has none. A reply whose quick upper bounds cannot beat
+    the best so far is skipped."""
+    best, ratio = -1, 0.0
+    matcher = difflib.SequenceMatcher(None)
+    matcher.set_seq1(text)
+    for i, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        matcher.set_seq2(message["content"])
+        if matcher.real_quick_ratio() <= ratio or matcher.quick_ratio() <= ratio:
+            continue
+        found = matcher.ratio()
+        if found > ratio:
+            best, ratio = i, found
+    return best, ratio
