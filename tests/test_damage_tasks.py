@@ -224,6 +224,7 @@ NOLIMA = {
 }  # fmt: skip
 
 DA_RUN = ["run", "distractor-attention", *PAIR, "--ctx", "1k", "--samples", "1", "--depths", "50"]
+DA_MRCR = ["run", "distractor-attention", *PAIR, "--ctx", "1k", "--samples", "1", "--probe", "mrcr"]
 DISTRACTOR_ATTENTION = {
     "keys_beside_vt": ([*DA_RUN, "--probe", "vt", "--keys", "3"], None, "--keys 3 applies only with --probe mk-niah"),
     "variants_beside_vt": ([*DA_RUN, "--probe", "vt", "--variants", "1"], None,
@@ -243,6 +244,13 @@ DISTRACTOR_ATTENTION = {
     "chains_beyond_the_values": ([*DA_RUN, "--probe", "vt", "--chains", "100000"], None, "give at most 90,000"),
     "hops_beyond_what_1k_holds": ([*DA_RUN, "--probe", "vt", "--hops", "200"], None, "holds at most"),
     "variant_out_of_range_in_a_list": ([*DA_RUN, "--variants", "2,9"], None, "--variants [2, 9]"),
+    "needles_beside_mk_niah": ([*DA_RUN, "--needles", "2"], None, "--needles 2 applies only with --probe mrcr"),
+    "depths_beside_mrcr": ([*DA_MRCR, "--rendering", "plain", "--depths", "50"], None,
+                           "--depths 50 applies only with --probe mk-niah or vt"),
+    "mrcr_without_a_chat_template": ([*DA_MRCR, "--ctx", "2k"], None,
+                                     "has no chat template in its tokenizer: pass --rendering plain"),
+    "mrcr_needles_beyond_the_length": ([*DA_MRCR, "--rendering", "plain", "--needles", "8"], None,
+                                       "--needles 8 do not fit --ctx 1024"),
 }  # fmt: skip
 
 
@@ -412,6 +420,65 @@ GRAPHWALKS = {
                                       "row 0's prompt asks no bfs operation"),
 }  # fmt: skip
 
+# ---- mrcr: built conversations (data/mrcr.py) and OpenAI's rows in a file of their schema
+
+MRCR_RUN = ["run", "mrcr", *PAIR, "--ctx", "2k", "--samples", "1", "--rendering", "plain"]
+MRCR_ROW = {
+    "prompt": json.dumps(
+        [
+            {"role": "user", "content": "write a poem about owls"},
+            {"role": "assistant", "content": "An owl."},
+            {"role": "user", "content": "Prepend ab12 to the 1st (1 indexed) poem about owls."},
+        ]
+    ),
+    "answer": "ab12An owl.",
+    "random_string_to_prepend": "ab12",
+    "n_needles": 1,
+    "desired_msg_index": 1,
+    "total_messages": 3,
+    "n_chars": 200,
+    "date_added": "12-05-2026",
+}
+
+
+def mrcr_file(rows: list | bytes, name: str = "mrcr.jsonl", folder: bool = False):
+    """A data file of `rows` (--data-dir {data}: the file, or with `folder` the folder that holds it)."""
+
+    def setup(tmp: Path) -> dict[str, Path]:
+        lines = rows if isinstance(rows, bytes) else "".join(json.dumps(r) + "\n" for r in rows)
+        path = _write(tmp / "mrcr" / name, lines)
+        return {"data": path.parent if folder else path}
+
+    return setup
+
+
+MRCR_OPENAI = [*MRCR_RUN, "--source", "openai", "--needles", "1", "--data-dir", "{data}"]
+MRCR = {
+    "no_chat_template_without_the_plain_rendering": (["run", "mrcr", *PAIR, "--ctx", "2k", "--samples", "1"], None,
+                                                     "has no chat template in its tokenizer: pass --rendering plain"),
+    "more_needles_than_the_length_holds": ([*MRCR_RUN, "--ctx", "1k", "--needles", "8"], None,
+                                           "--needles 8 do not fit --ctx 1024 for model diff: at most"),
+    "ctx_below_one_turn": ([*MRCR_RUN, "--ctx", "100"], None, "--ctx 100 is below what one turn needs"),
+    "index_beyond_the_needle_count": ([*MRCR_RUN, "--needles", "2,4", "--index", "3"], None,
+                                      "--index 3 is beyond the needle count 2"),
+    "chat_template_beside_the_plain_rendering": ([*MRCR_RUN, "--chat-template"], None,
+                                                 "--chat-template and --rendering plain contradict"),
+    "replies_from_noise": ([*MRCR_RUN, "--replies", "noise"], None, "replies are real text"),
+    "data_dir_without_the_openai_source": ([*MRCR_RUN, "--data-dir", "{data}"], mrcr_file([MRCR_ROW]),
+                                           "applies only with --source openai"),
+    "data_file_missing": ([*MRCR_OPENAI[:-1], "/no/such/mrcr.jsonl"], None, "does not exist"),
+    "data_folder_without_a_file": (MRCR_OPENAI, mrcr_file([MRCR_ROW], "other.jsonl", folder=True),
+                                   "holds neither mrcr.parquet"),
+    "data_line_not_json": (MRCR_OPENAI, mrcr_file(b"{not json\n"), "line 1 is not JSON"),
+    "data_in_another_schema": (MRCR_OPENAI, mrcr_file([{"document": "x", "summary": "y"}]),
+                               "not OpenAI's MRCR schema"),
+    "data_prompt_not_messages": (MRCR_OPENAI, mrcr_file([{**MRCR_ROW, "prompt": "[1, 2]"}]),
+                                 "must be a JSON list of role/content messages"),
+    "data_index_not_a_reply": (MRCR_OPENAI, mrcr_file([{**MRCR_ROW, "desired_msg_index": 0}]),
+                               "desired_msg_index 0 is not an assistant message"),
+    "data_parquet_not_parquet": (MRCR_OPENAI, mrcr_file(b"not parquet", "mrcr.parquet"), "cannot read"),
+}  # fmt: skip
+
 OUTLIERS_RUN = ["run", "outliers", *PAIR, "--ctx", "1k", "--tokens", "2k"]
 OUTLIERS = {
     "tokens_superscript": ([*OUTLIERS_RUN, "--tokens", "²k"], None, "bad context length '²k'"),
@@ -449,7 +516,7 @@ SUITE = {
 TABLES = {
     "nll": NLL, "needle": NEEDLE, "attention": ATTENTION, "mk-niah": MK_NIAH, "mv-niah": MV_NIAH, "vt": VT, "cwe": CWE,
     "nolima": NOLIMA, "distractor-attention": DISTRACTOR_ATTENTION, "icl": ICL, "hallucination": HALLUCINATION,
-    "longbench2": LONGBENCH2, "graphwalks": GRAPHWALKS, "outliers": OUTLIERS, "suite": SUITE,
+    "mrcr": MRCR, "longbench2": LONGBENCH2, "graphwalks": GRAPHWALKS, "outliers": OUTLIERS, "suite": SUITE,
 }  # fmt: skip
 CASES = [(command, case) for command, table in TABLES.items() for case in table]
 

@@ -20,6 +20,7 @@ MISSING = "/nonexistent/diffeval-refusals"
 PAIR = ["-m", "diff=toy-diff", "-m", "base=toy-base"]
 NEEDLE = ["run", "needle", *PAIR, "--ctx", "1k", "--samples", "1", "--depths", "0"]
 HALLUCINATION = ["run", "hallucination", *PAIR, "--ctx", "1k", "--samples", "1", "--judge", "overlap"]
+MRCR = ["run", "mrcr", *PAIR, "--samples", "1", "--rendering", "plain"]
 ICL = ["run", "icl", *PAIR, "--ctx", "1k", "--dataset", "trec", "--data-dir", "package:fixtures"]
 PROBES = ("mk-niah", "mv-niah", "vt", "cwe", "nolima", "distractor-attention")
 
@@ -54,6 +55,9 @@ REFUSALS: dict[tuple[str, str], tuple[list[str], str]] = {
         "unknown --judge-backend 'bogus'",
     ),
     ("run hallucination", "--data-dir"): ([*HALLUCINATION, "--data-dir", MISSING], MISSING),
+    ("run mrcr", "--ctx"): ([*MRCR, "--ctx", "128k"], "exceeds diff's max_position"),
+    ("run mrcr", "--data-dir"): ([*MRCR, "--source", "openai", "--data-dir", MISSING], MISSING),
+    ("run mrcr", "--replies"): ([*MRCR, "--replies", f"essays:{MISSING}"], MISSING),
     ("run hallucination", "--judge-cache"): ([*HALLUCINATION, "--judge-cache", "{file}"], "--judge-cache"),
     ("run graphwalks", "--data-dir"): (
         ["run", "graphwalks", *PAIR, "--ctx", "1k", "--source", "openai", "--data-dir", MISSING],

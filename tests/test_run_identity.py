@@ -51,7 +51,7 @@ def _inputs(root: Path) -> dict[str, Path]:
 
 
 # input option → (task, the option's values, the file a run reads, a file beside it the run does not read)
-NOT_FILES = ("judge", "source")  # values an entry gives that name no file
+NOT_FILES = ("judge", "rendering", "source")  # values an entry gives that name no file
 READS = {
     "needle --haystack essays:FOLDER": ("needle", {"haystack": "essays:{essays}"}, "essays/essay1.txt", "essays/x.md"),
     "needle --haystack essays:FILE": ("needle", {"haystack": "essays:{essays.json}"}, "essays.json", None),
@@ -88,6 +88,18 @@ READS = {
         "graphwalks",
         {"source": "openai", "data_dir": "{fixtures}"},
         "fixtures/graphwalks.jsonl",
+        "fixtures/xsum.jsonl",
+    ),
+    "mrcr --replies": (
+        "mrcr",
+        {"rendering": "plain", "replies": "essays:{essays}"},
+        "essays/essay0.txt",
+        "essays/x.md",
+    ),
+    "mrcr --data-dir": (
+        "mrcr",
+        {"rendering": "plain", "source": "openai", "data_dir": "{fixtures}"},
+        "fixtures/mrcr.jsonl",
         "fixtures/xsum.jsonl",
     ),
     "quantize --include-path": ("quantize", {"include_path": "{lm_tasks}"}, "lm_tasks/mine.yaml", None),

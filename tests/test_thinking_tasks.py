@@ -136,7 +136,7 @@ REFUSALS = {
     ),
     "a budget in a preset of a task that generates nothing": (
         ["run", "attention", "--config", "{preset}"],
-        "--thinking-budget does not apply to attention, only to needle, hallucination, mk-niah",
+        "--thinking-budget does not apply to attention, only to needle, hallucination, mrcr, mk-niah",
     ),
     "a judge budget on the overlap judge": (
         ["run", "hallucination", "--judge", "overlap", "--judge-thinking-budget", "16"],
@@ -441,6 +441,25 @@ def test_hallucination_answers_after_thinking_and_never_judges_unclosed_thinking
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("backend", ENGINES)
+def test_mrcr_answers_after_thinking_and_never_grades_unclosed_thinking(scripted, backend, tmp_path):
+    out = tmp_path / "mrcr"
+    result = run_cli_in_process(
+        "run", "mrcr", *_models(scripted, "answers", "loops"), "--needles", "1", "--samples", "1", "--ctx", "2k",
+        "--chat-template", "--thinking-budget", str(BUDGET), *_engine(backend), "--out", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = _records(out)
+    answers, loops = records["answers"], records["loops"]
+    assert answers["outcome"] == "answered" and answers["thinking_closed"] and answers["thinking_tokens"] > 0
+    assert answers["score"] == 0.0  # the script writes no random string: OpenAI's 0, graded after the thinking
+    assert answers["rendering"] == "chat"
+    assert answers["prompt_budget"] == 2048 - answers["answer_budget"] - (BUDGET + MARGIN)
+    assert loops["outcome"] == UNCLOSED and loops["score"] is None and loops["output"] == ""
+    assert "answers 0, loops 1 samples" in (out / "table.md").read_text()
+
+
+@pytest.mark.slow
 def test_a_template_switch_closes_the_thinking_in_the_prompt(scripted, tmp_path):
     out = tmp_path / "switch"
     result = run_cli_in_process(
@@ -481,7 +500,7 @@ def _rows_without_timing(folder: Path) -> list[dict]:
 
 
 @pytest.mark.vllm
-@pytest.mark.parametrize("task", ["needle", "mk-niah", "hallucination"])
+@pytest.mark.parametrize("task", ["needle", "mk-niah", "hallucination", "mrcr"])
 def test_hf_and_vllm_give_equal_thinking_records(scripted, task, tmp_path):
     pytest.importorskip("vllm")
     extra = {
@@ -489,8 +508,9 @@ def test_hf_and_vllm_give_equal_thinking_records(scripted, task, tmp_path):
         "mk-niah": ["--ctx", "1k"],
         "hallucination": ["--judge", "overlap", "--dataset", "xsum", "--data-dir",
                           str(Path(__file__).resolve().parents[1] / "diffeval" / "fixtures"), "--ctx", "1k"],
+        "mrcr": ["--needles", "1", "--ctx", "2k"],
     }[task]  # fmt: skip
-    depths = [] if task == "hallucination" else ["--depths", "50"]
+    depths = [] if task in ("hallucination", "mrcr") else ["--depths", "50"]
     rows = {}
     for backend in ("hf", "vllm"):
         out = tmp_path / backend

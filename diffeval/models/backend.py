@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib.metadata import entry_points
@@ -145,6 +145,9 @@ class Tokenizer(Protocol):
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool, model: str) -> str:
         """As `Backend.render_prompt`, naming `model` where it has no chat template."""
 
+    def render_messages(self, messages: Sequence[Mapping[str, str]], chat_template: bool, model: str) -> str:
+        """As `Backend.render_messages`, naming `model` where it has no chat template."""
+
 
 class Backend(Protocol):
     name: ClassVar[str]
@@ -152,6 +155,10 @@ class Backend(Protocol):
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         """The full prompt text: raw `user + answer_prefix`, or the model's chat template around `user`."""
+
+    def render_messages(self, messages: Sequence[Mapping[str, str]], chat_template: bool) -> str:
+        """A whole conversation ({"role", "content"} turns) up to where the assistant's next reply begins: the model's
+        chat template with its generation prompt, or plain with role prefixes (models.tokenizer.render_plain)."""
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         """Token ids of a full prompt (special tokens included unless told) and each token's character span."""

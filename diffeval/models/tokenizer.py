@@ -62,16 +62,38 @@ class HFTokenizer:
         rendered = self.hf.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **self.switches)
         return rendered + answer_prefix
 
+    def render_messages(self, messages: Sequence[Mapping[str, str]], chat_template: bool, model: str) -> str:
+        """A whole conversation up to where the assistant's next reply begins: the model's chat template over every
+        turn, with its generation prompt; or plain (`render_plain`). A model without a usable chat template is
+        refused in one line that names the plain rendering (--rendering plain) as the way out."""
+        if not chat_template:
+            return render_plain(messages)
+        check_chat_template(self.hf, model, self.switches, instead=PLAIN_INSTEAD)
+        turns = [{"role": m["role"], "content": m["content"]} for m in messages]
+        return self.hf.apply_chat_template(turns, add_generation_prompt=True, tokenize=False, **self.switches)
+
+
+PLAIN_ROLES = {"system": "System", "user": "User", "assistant": "Assistant"}
+PLAIN_INSTEAD = "pass --rendering plain for a plain rendering with role prefixes (User:, Assistant:)"
+
+
+def render_plain(messages: Sequence[Mapping[str, str]]) -> str:
+    """A conversation without a chat template: each turn after its role's prefix ("User: …", "Assistant: …"), turns
+    separated by a blank line, ending in "Assistant:" where the next reply begins."""
+    return "".join(f"{PLAIN_ROLES[m['role']]}: {m['content']}\n\n" for m in messages) + "Assistant:"
+
 
 CHAT_PROBE = "diffeval checks that the chat template keeps this user message."
 
 
-def check_chat_template(tokenizer, model: str, switches: Mapping[str, Any] | None = None) -> None:
+def check_chat_template(
+    tokenizer, model: str, switches: Mapping[str, Any] | None = None, instead: str = "leave out --chat-template"
+) -> None:
     """`--chat-template` needs a template in the checkpoint's tokenizer (a transformers tokenizer) that renders a user
     message, as every prompt is one, with its text in the prompt; with `switches` (--template-switch), a template that
-    reads each of them, rendered with them."""
+    reads each of them, rendered with them. `instead`: what a refusal tells the user to do without the template."""
     if not tokenizer.chat_template:
-        raise InputError(f"model {model} has no chat template in its tokenizer: leave out --chat-template")
+        raise InputError(f"model {model} has no chat template in its tokenizer: {instead}")
     switches = dict(switches or {})
     source = template_source(tokenizer)
     for name, value in switches.items():
@@ -84,10 +106,10 @@ def check_chat_template(tokenizer, model: str, switches: Mapping[str, Any] | Non
     except Exception as exc:  # the template is the checkpoint's own Jinja code: it may raise anything
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise InputError(f"model {model}: its chat template fails on a user message ({reason}): fix chat_template "
-                         "in its tokenizer_config.json, or leave out --chat-template") from None  # fmt: skip
+                         "in its tokenizer_config.json, or {instead}") from None  # fmt: skip
     if CHAT_PROBE not in rendered:
         raise InputError(f"model {model}: its chat template leaves a user message's text out of the prompt: fix "
-                         "chat_template in its tokenizer_config.json, or leave out --chat-template")  # fmt: skip
+                         f"chat_template in its tokenizer_config.json, or {instead}")  # fmt: skip
 
 
 def template_source(tokenizer) -> str:
@@ -169,6 +191,9 @@ class PromptTokenizer:
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         return self.tokenizer.render_prompt(user, answer_prefix, chat_template, self.name)
+
+    def render_messages(self, messages: Sequence[Mapping[str, str]], chat_template: bool) -> str:
+        return self.tokenizer.render_messages(messages, chat_template, self.name)
 
 
 @dataclass

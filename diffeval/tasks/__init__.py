@@ -13,7 +13,7 @@ from diffeval.config import RunConfig
 from diffeval.tasks.analyses import attention, distractor_attention
 from diffeval.tasks.base import Task, configure, registry
 from diffeval.tasks.choices import icl, longbench2
-from diffeval.tasks.conversations import hallucination
+from diffeval.tasks.conversations import hallucination, mrcr
 from diffeval.tasks.generated import graphwalks
 from diffeval.tasks.haystack import cwe, mk_niah, mv_niah, needle, nolima, vt
 from diffeval.tasks.internals import outliers, quantize, zeroshot
@@ -29,6 +29,7 @@ TASKS = registry(
     attention.TASK,
     icl.TASK,
     hallucination.TASK,
+    mrcr.TASK,
     nll.TASK,
     mk_niah.TASK,
     mv_niah.TASK,

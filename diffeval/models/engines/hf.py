@@ -89,6 +89,9 @@ class HFBackend:
             user, answer_prefix, chat_template, self.info.name
         )
 
+    def render_messages(self, messages: Sequence[Mapping[str, str]], chat_template: bool) -> str:
+        return HFTokenizer(self.tokenizer, self.switches).render_messages(messages, chat_template, self.info.name)
+
     def thinking_markers(self, given: Sequence[str] | None) -> Markers:
         # resolved once per markers asked for: a task asks at every chunk it generates
         key = tuple(given) if given else None

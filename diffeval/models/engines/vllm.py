@@ -19,7 +19,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import ClassVar
 
 from diffeval.errors import InputError
@@ -146,6 +146,9 @@ class VLLMBackend:
 
     def render_prompt(self, user: str, answer_prefix: str, chat_template: bool) -> str:
         return self.tokenizer.render_prompt(user, answer_prefix, chat_template, self.info.name)
+
+    def render_messages(self, messages: Sequence[Mapping[str, str]], chat_template: bool) -> str:
+        return self.tokenizer.render_messages(messages, chat_template, self.info.name)
 
     def encode(self, text: str, special_tokens: bool = True) -> Encoding:
         return self.tokenizer.encode(text, special_tokens)

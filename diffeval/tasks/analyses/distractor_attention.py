@@ -2,12 +2,14 @@
 
 Recipe:
 1. samples: a probe's own samples (`--probe mk-niah`: RULER's multi-key needles; `--probe vt`: variable tracking with
-   distractor chains), built by its recipe with the same seed, so the prompts and token spans are those of its runs.
+   distractor chains; `--probe mrcr`: MRCR's conversations), built by its recipe with the same seed, so the prompts
+   and token spans are those of its runs.
 2. rows: the last prompt token (it predicts the first answer token).
 3. segments (shares.SEGMENTS): answer = the sentences that hold the answer (the needle asked for; the asked
-   chain's assignments), needles = the distractors' sentences (the other keys' needles, a haystack made of needles,
-   the other chains), noise = the rest of the haystack, scaffold = instruction, example, question and answer prefix,
-   sink = the first token. Whole sentences on both sides, so the two shares compare like with like.
+   chain's assignments; MRCR's asked-for reply), needles = the distractors' sentences (the other keys' needles, a
+   haystack made of needles, the other chains; MRCR's look-alike needle replies), noise = the rest of the haystack
+   (MRCR's other replies), scaffold = instruction, example, question and answer prefix (MRCR's user turns and chat
+   template), sink = the first token. Whole sentences on both sides, so the two shares compare like with like.
 4. backend: per layer and head, the softmax weight each segment receives in that row (shares.per_map_shares): a
    baseline's one map; a DIFF model's map 1, map 2 and the differential map A1 − λ·A2 of its variant.
 5. report: per model and map, the share on the answer against the share on the distractors, in total and per token,
@@ -51,6 +53,8 @@ from diffeval.tasks.base import (
     with_cells,
     with_skipped_layers,
 )
+from diffeval.tasks.conversations import mrcr
+from diffeval.tasks.conversations.mrcr_options import RENDERINGS, MrcrOptions
 from diffeval.tasks.haystack import mk_niah, vt
 from diffeval.tasks.haystack.options import DepthOptions
 from diffeval.tasks.haystack.probes import MIN_PROMPT_TOKENS
@@ -60,12 +64,15 @@ from diffeval.tasks.haystack.samples import ANSWER, HaystackPrompt, HaystackSamp
 if TYPE_CHECKING:
     import pandas as pd
 
-PROBES = {"mk-niah": mk_niah, "vt": vt}  # the probes whose samples hold distractor sentences
+PROBES = {"mk-niah": mk_niah, "vt": vt}  # the haystack probes whose samples hold distractor sentences
+MRCR = "mrcr"  # and MRCR's conversations, whose look-alike replies are the distractors
 # where each probe's own options act: given beside the other probe, they are refused (config.option's `applies`)
 ON_MK_NIAH = (lambda options: options.probe == "mk-niah", "with --probe mk-niah")
 ON_VARIANT_1 = (lambda options: options.probe == "mk-niah" and 1 in options.variants,
                 "with --probe mk-niah and its variant 1 in --variants")  # fmt: skip
 ON_VT = (lambda options: options.probe == "vt", "with --probe vt")
+ON_MRCR = (lambda options: options.probe == MRCR, "with --probe mrcr")
+ON_HAYSTACK = (lambda options: options.probe != MRCR, "with --probe mk-niah or vt")
 
 
 @dataclass(frozen=True)
@@ -73,7 +80,9 @@ class DistractorAttentionOptions(DepthOptions):
     """Attention to the answer and to the distractors, on mk-niah's or vt's samples."""
 
     samples: int = option(10, help="samples per length × depth × setting cell", identity=False)
-    probe: str = option("mk-niah", help="the probe whose samples are read: mk-niah | vt")
+    depths: list[int] = option([0, 25, 50, 75, 100], help="depths of the answer's first insert in percent",
+                               parse=int_list("--depths"), applies=ON_HAYSTACK)  # fmt: skip
+    probe: str = option("mk-niah", help="the probe whose samples are read: mk-niah | vt | mrcr")
     variants: list[int] = option(
         [1, 2, 3], help="mk-niah: RULER's niah_multikey variants", parse=int_list("--variants"), applies=ON_MK_NIAH
     )
@@ -83,6 +92,12 @@ class DistractorAttentionOptions(DepthOptions):
     chains: int = option(3, help="vt: chains, the first asked for, the others distractors (at least 2)",
                          applies=ON_VT)  # fmt: skip
     hops: int = option(4, help="vt: assignments after a chain's first", applies=ON_VT)
+    needles: list[int] = option([2, 4, 8], help="mrcr: needle counts", parse=int_list("--needles"), applies=ON_MRCR)
+    rendering: str = option("chat", help="mrcr: chat | plain (role prefixes)", applies=ON_MRCR)
+
+    def mrcr_options(self) -> MrcrOptions:
+        """MRCR's options, as its runs would take them (the book's replies, each conversation's own asked index)."""
+        return MrcrOptions(ctx=self.ctx, needles=self.needles, samples=self.samples, rendering=self.rendering)
 
     def probe_options(self) -> mk_niah.MKNiahOptions | vt.VTOptions:
         """The probe's own options, as its runs would take them."""
@@ -98,8 +113,11 @@ class DistractorAttentionOptions(DepthOptions):
 
     def validate(self) -> None:
         super().validate()
+        if self.probe == MRCR:
+            self.mrcr_options().validate()
+            return
         if self.probe not in PROBES:
-            raise InputError(f"bad --probe {self.probe!r}: use {' or '.join(PROBES)} (the probes with distractors)")
+            raise InputError(f"bad --probe {self.probe!r}: use mk-niah, vt or mrcr (the probes with distractors)")
         if self.probe == "vt" and self.chains < 2:
             raise InputError(f"--chains {self.chains} leaves vt no distractor chain: use at least 2")
         if self.probe == "mk-niah" and self.variants == [1] and self.keys < 2:
@@ -118,7 +136,9 @@ def recipe_of(options: DistractorAttentionOptions) -> Recipe:
 
 
 def make_samples(options: DistractorAttentionOptions, seed: int, limit: int | None = None,
-                 prepared: Any = None) -> list[HaystackSample]:  # fmt: skip
+                 prepared: Any = None) -> list[HaystackSample] | list[mrcr.MrcrSample]:  # fmt: skip
+    if options.probe == MRCR:
+        return mrcr.make_samples(options.mrcr_options(), seed, limit)
     return make_samples_for(recipe_of(options))(options.probe_options(), seed, limit)
 
 
@@ -136,25 +156,44 @@ def segment_ids(prompt: HaystackPrompt, sample: HaystackSample) -> list[int]:
     return ids
 
 
-def evaluate(batch: list[HaystackSample], backend: Backend,
-             context: RunContext[DistractorAttentionOptions]) -> list[Record]:  # fmt: skip
-    recipe, inner = recipe_of(context.options), probe_context(context)
+def mrcr_prompt(sample: mrcr.MrcrSample, backend: Backend, rendering: str) -> tuple[list[int], list[int], dict]:
+    """An MRCR conversation fitted as its runs fit it (beside its answer budget), the segment of every position
+    (answer: the asked-for reply; needles: the look-alike needle replies; noise: the other replies; scaffold: the
+    user turns and the template), and the record's cell: depth = where the asked reply starts, in percent."""
+    conversation = sample.conversation
+    assert conversation is not None
+    budget = sample.ctx - mrcr.answer_budget(backend, conversation.expected)
+    fitted, needles = mrcr.conversation_prompt(sample, backend, rendering == "chat", budget)
+    asked = needles[conversation.index - 1]
+    index = SEGMENTS.index
+    ids = [index("scaffold")] * len(fitted.ids)
+    for message, (start, end) in fitted.spans.items():
+        segment = "answer" if message == asked else "needles" if message in needles else "noise"
+        ids[start:end] = [index(segment)] * (end - start)
+    ids[0] = index("sink")
+    cell = {"probe": MRCR, "ctx": sample.ctx, "depth": round(100 * fitted.spans[asked][0] / len(fitted.ids)),
+            "setting": f"{sample.n_needles} needles", "index": conversation.index, "key": conversation.key}  # fmt: skip
+    return fitted.ids, ids, cell
+
+
+def evaluate(batch: list, backend: Backend, context: RunContext[DistractorAttentionOptions]) -> list[Record]:
+    options = context.options
     records = []
     for sample in batch:
         start = time.perf_counter()
-        prompt = fitted_prompt(recipe, sample, backend, inner)
-        segments = segment_ids(prompt, sample)
-        maps, headline = measure(backend, prompt.ids, [len(prompt.ids) - 1], segments)
+        if options.probe == MRCR:
+            ids, segments, cell = mrcr_prompt(sample, backend, options.rendering)
+        else:
+            prompt = fitted_prompt(recipe_of(options), sample, backend, probe_context(context))
+            ids, segments = prompt.ids, segment_ids(prompt, sample)
+            cell = {"probe": sample.task, "ctx": sample.ctx, "depth": sample.depth, "setting": sample.setting,
+                    "seed": sample.seed, "index": sample.index}  # fmt: skip
+        maps, headline = measure(backend, ids, [len(ids) - 1], segments)
         tokens = Counter(SEGMENTS[s] for s in segments)
         fields = {
             "is_diff": backend.info.is_diff,
             "diff_variant": backend.info.diff_variant,
-            "probe": sample.task,
-            "ctx": sample.ctx,
-            "depth": sample.depth,
-            "setting": sample.setting,
-            "seed": sample.seed,
-            "index": sample.index,
+            **cell,
             "tokens": {segment: tokens.get(segment, 0) for segment in SEGMENTS},
             "answer_share": fmean(headline["answer"]),
             "distractor_share": fmean(headline["needles"]),
@@ -163,8 +202,8 @@ def evaluate(batch: list[HaystackSample], backend: Backend,
             **record_fields(backend.info, whole_context=True),
         }
         seconds = time.perf_counter() - start
-        records.append(Record("distractor-attention", backend.info.name, sample.sample_id, len(prompt.ids), 0,
-                              seconds, fields))  # fmt: skip
+        records.append(Record("distractor-attention", backend.info.name, sample.sample_id, len(ids), 0, seconds,
+                              fields))  # fmt: skip
     return records
 
 
@@ -201,6 +240,8 @@ def distractor_tables(records: pd.DataFrame, options: DistractorAttentionOptions
 
 def check_inputs(context: RunContext[DistractorAttentionOptions]) -> None:
     """The probe's haystack reads, and every model's architecture is one the analysis can capture."""
+    if context.options.probe == MRCR and context.options.rendering not in RENDERINGS:
+        raise InputError(f"--rendering {context.options.rendering}: use chat or plain")
     if context.options.probe == "mk-niah":
         check_capturable(context, lambda: mk_niah.check_inputs(probe_context(context)))
     else:
@@ -208,13 +249,20 @@ def check_inputs(context: RunContext[DistractorAttentionOptions]) -> None:
 
 
 def prepare(context: RunContext[DistractorAttentionOptions], tokenizers: dict) -> None:
-    """Refuse before any engine starts where a length cannot hold the probe's samples (as the probe does)."""
+    """Refuse before any engine starts where a length cannot hold the probe's samples (as the probe does); MRCR's
+    also where a model has no chat template and the rendering is chat."""
+    if context.options.probe == MRCR:
+        general: RunContext[Any] = context
+        mrcr.prepare(replace(general, options=context.options.mrcr_options()), tokenizers)
+        return
     check_fits_with(recipe_of(context.options))(probe_context(context), tokenizers)
 
 
 def budget(context: RunContext[DistractorAttentionOptions]) -> ContextBudget:
     """The probe's own: its prompt is fitted beside the probe's answer limit, so it is the prompt of its runs."""
     options = context.options
+    if options.probe == MRCR:  # each conversation is checked with each model's tokenizer in `prepare`
+        return ContextBudget(context.lengths, mrcr.LEAST_ANSWER, mrcr.LEAST_PROMPT)
     return ContextBudget(context.lengths, PROBES[options.probe].TOKENS_TO_GENERATE, MIN_PROMPT_TOKENS)
 
 
@@ -230,12 +278,14 @@ RECORD_SCHEMA = {
     "noise_share": float,
     "shares": MAPS_SCHEMA,
     "seed": MayBeAbsent(int),
+    "key": MayBeAbsent(str),  # an MRCR conversation's seed
     "skipped_layers": MayBeAbsent(dict[str, str]),  # a hybrid's layers without attention: {decoder index: kind}
 }
 
 TASK = Task(
     name="distractor-attention",
-    help="Attention to the answer against attention to distractor needles and chains (mk-niah, vt samples).",
+    help="Attention to the answer against attention to distractor needles, chains and look-alike replies (mk-niah, "
+    "vt, mrcr samples).",
     options=DistractorAttentionOptions,
     running=Running(
         make_samples=make_samples,
