@@ -22,7 +22,7 @@ from diffeval.errors import InputError
 from diffeval.tasks import build_config
 
 # a task entry's values for a run of the built-in pair (no models given), which the shipped preset's defaults do not
-# suit: the toy models have no chat template, 4K positions, and no hub to read real data from
+# suit: the toy models have no chat template, and an offline run no hub to read real data from
 BUILTIN_KEY = "on_builtin_models"
 
 

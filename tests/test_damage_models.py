@@ -76,7 +76,8 @@ RUN = [  # (checkpoint, extra options, message)
     (
         "chat template raises",
         ["--chat-template"],
-        "model m: its chat template fails on a user message (only system messages are supported): fix chat_template",
+        "model m: its chat template fails on a user message (only system messages are supported): fix chat_template "
+        "in its tokenizer_config.json, or leave out --chat-template",
     ),
     ("chat template syntax error", ["--chat-template"], "model m: its chat template fails on a user message"),
     (

@@ -206,9 +206,9 @@ def test_bad_options_are_one_line(args, message, tmp_path):
     assert result.returncode == 2 and message in result.stderr and "Traceback" not in result.stderr
 
 
-def test_the_built_in_pair_runs_the_default_at_1k_and_resumes(tmp_path):
+def test_the_built_in_pair_runs_the_default_at_2k_and_resumes(tmp_path):
     out = tmp_path / "run"
-    first = run_cli_in_process("run", "graphwalks", "--ctx", "1k", "--samples", "1", "--out", str(out))
+    first = run_cli_in_process("run", "graphwalks", "--ctx", "2k", "--samples", "1", "--out", str(out))
     assert first.returncode == 0, first.stderr
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert len(records) == 2 * 3 and {r["model"] for r in records} == {"diff", "base"}
@@ -219,7 +219,7 @@ def test_the_built_in_pair_runs_the_default_at_1k_and_resumes(tmp_path):
         by_sample.setdefault(record["sample_id"], set()).add(tuple(record["answer_nodes"]))
     assert all(len(answers) == 1 for answers in by_sample.values())  # the same answer on both models' cuts
     assert "F1, precision and recall by length and operation" in first.stdout and "Paired" in first.stdout
-    again = run_cli_in_process("run", "graphwalks", "--ctx", "1k", "--samples", "1", "--out", str(out))
+    again = run_cli_in_process("run", "graphwalks", "--ctx", "2k", "--samples", "1", "--out", str(out))
     assert again.returncode == 0 and len((out / "samples.jsonl").read_text().splitlines()) == 6
     flexible = run_cli_in_process("report", str(out), "--scoring", "flexible")
     assert flexible.returncode == 0 and "[scoring: flexible]" in flexible.stdout
@@ -242,10 +242,10 @@ def test_the_fixture_runs_offline_and_counts_rows_no_length_holds(tiny_models, t
 
 def test_the_view_marks_the_asked_node_and_the_answer(tmp_path):
     out = tmp_path / "run"
-    assert run_cli_in_process("run", "graphwalks", "--ctx", "1k", "--samples", "1", "--operations", "parents",
+    assert run_cli_in_process("run", "graphwalks", "--ctx", "2k", "--samples", "1", "--operations", "parents",
                               "--out", str(out)).returncode == 0  # fmt: skip
     records = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    context = _context([1024], operations=["parents"])
+    context = _context([2048], operations=["parents"])
     document = graphwalks_report.sample_view(context, {r["model"]: r for r in records}, None, None).to_json()
     text = json.dumps(document)
     assert '"kind": "asked-node"' in text and '"kind": "answer-edge"' in text
@@ -287,7 +287,7 @@ def test_a_thinking_model_answers_after_its_thinking_or_is_cut(tiny_models, tmp_
 
 @pytest.mark.parametrize("source", [[], ["--source", "openai", "--data-dir", "package:fixtures"]])
 def test_the_dry_run_sizes_both_sources(source, tmp_path):
-    result = run_cli_in_process("run", "graphwalks", "--ctx", "1k,2k", *source, "--dry-run", "--tokens-per-s", "1000",
+    result = run_cli_in_process("run", "graphwalks", "--ctx", "2k,4k", *source, "--dry-run", "--tokens-per-s", "1000",
                                 "--out", str(tmp_path / "dry"))  # fmt: skip
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith(("│ diff", "│ base"))]
@@ -295,4 +295,4 @@ def test_the_dry_run_sizes_both_sources(source, tmp_path):
     prompt = int(rows[0].split("│")[4].strip().replace(",", ""))
     samples = int(rows[0].split("│")[2])
     budget = 16 + 12 * 4 if not source else 256
-    assert prompt <= samples * (2048 - budget) and prompt > 0
+    assert prompt <= samples * (4096 - budget) and prompt > 0

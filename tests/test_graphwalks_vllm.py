@@ -24,7 +24,7 @@ def test_graphwalks_records_are_the_same_on_both_engines(tmp_path):
     runs = {}
     for backend in ("hf", "vllm"):
         out = tmp_path / backend
-        result = run_cli("run", "graphwalks", "-m", "toy=toy-diff", "--ctx", "1k,2k", "--samples", "2", "--backend",
+        result = run_cli("run", "graphwalks", "-m", "toy=toy-diff", "--ctx", "2k,3k", "--samples", "2", "--backend",
                          backend, "--batch-size", "4", "--out", str(out))  # fmt: skip
         assert result.returncode == 0, result.stderr
         runs[backend] = _records(out)

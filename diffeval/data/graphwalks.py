@@ -60,7 +60,9 @@ EXAMPLES = (
 GRAPH_HEAD = "Here is the graph to operate on:\nThe graph has the following edges:\n"
 CLOSING = (
     "You should immediately return the set of nodes that the operation results in, with no additional text. Return "
-    "your final answer as a list of nodes in the very last line of your response.\n"
+    "your final answer as a list of nodes in the very last line of your response. For example, if the operation "
+    "returns the set of nodes [node1, node2, node3], your response should be:\nFinal Answer: [node1, node2, node3]\n"
+    "If the operation returns the empty set, your response should be:\nFinal Answer: []\n"
 )
 HEAD = INSTRUCTION + EXAMPLES + GRAPH_HEAD
 NAME_CHARS = 10  # OpenAI's node names: 10 hex characters

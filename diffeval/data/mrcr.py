@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import random
 import string
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -278,11 +279,12 @@ def _read_local(path: Path) -> list[dict]:
     return rows
 
 
-def _read_hub() -> list[dict]:
+def _read_hub() -> Iterable[dict]:
+    """The hub's rows, read one at a time as `load` takes them: the whole split is gigabytes of prompts."""
     import datasets
 
     try:
-        return list(datasets.load_dataset(HUB_ID, split="train"))
+        return datasets.load_dataset(HUB_ID, split="train")
     except Exception as exc:  # datasets raises many types for a missing or offline dataset
         raise InputError(f"cannot load {HUB_ID} ({type(exc).__name__}): check the network, or give --data-dir with "
                          "a local parquet or JSONL file in its schema") from None  # fmt: skip

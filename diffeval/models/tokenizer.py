@@ -106,7 +106,7 @@ def check_chat_template(
     except Exception as exc:  # the template is the checkpoint's own Jinja code: it may raise anything
         reason = " ".join(str(exc).split())[:200] or type(exc).__name__
         raise InputError(f"model {model}: its chat template fails on a user message ({reason}): fix chat_template "
-                         "in its tokenizer_config.json, or {instead}") from None  # fmt: skip
+                         f"in its tokenizer_config.json, or {instead}") from None  # fmt: skip
     if CHAT_PROBE not in rendered:
         raise InputError(f"model {model}: its chat template leaves a user message's text out of the prompt: fix "
                          f"chat_template in its tokenizer_config.json, or {instead}")  # fmt: skip

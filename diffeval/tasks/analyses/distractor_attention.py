@@ -54,7 +54,7 @@ from diffeval.tasks.base import (
     with_skipped_layers,
 )
 from diffeval.tasks.conversations import mrcr
-from diffeval.tasks.conversations.mrcr_options import RENDERINGS, MrcrOptions
+from diffeval.tasks.conversations.mrcr_options import MrcrOptions
 from diffeval.tasks.haystack import mk_niah, vt
 from diffeval.tasks.haystack.options import DepthOptions
 from diffeval.tasks.haystack.probes import MIN_PROMPT_TOKENS
@@ -240,8 +240,6 @@ def distractor_tables(records: pd.DataFrame, options: DistractorAttentionOptions
 
 def check_inputs(context: RunContext[DistractorAttentionOptions]) -> None:
     """The probe's haystack reads, and every model's architecture is one the analysis can capture."""
-    if context.options.probe == MRCR and context.options.rendering not in RENDERINGS:
-        raise InputError(f"--rendering {context.options.rendering}: use chat or plain")
     if context.options.probe == "mk-niah":
         check_capturable(context, lambda: mk_niah.check_inputs(probe_context(context)))
     else:

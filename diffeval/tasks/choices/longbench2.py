@@ -6,8 +6,9 @@ Recipe:
 2. prompt: LongBench v2's 0-shot prompt (prompts/0shot.txt: the document in <text>, the question, choices (A)–(D),
    and "The correct answer is (insert answer here)" as the asked format), or lm-eval's longbench2 prompt (ending
    "Answer:") in choice mode. A document too long for the model's budget loses its middle tokens, its first and
-   last halves kept, as LongBench's pred.py truncates, each model in its own tokens; the template, the question and
-   the choices are never cut. With `--chat-template` the prompt is the user turn of the model's own template.
+   last halves kept, each model in its own tokens; the template, the question and the choices are never cut (pred.py
+   halves the whole prompt's tokens instead, so its cut sits a little off the document's middle). With
+   `--chat-template` the prompt is the user turn of the model's own template.
 3. backend: `--mode generate`: greedy generation of at most 128 tokens (pred.py's budget without chain of thought);
    `--mode choices`: the log-likelihood of each letter after the prompt (`score_choices`: the prompt is the shared
    prefix, computed once; the letters its four continuations), after the answer prefix "The correct answer is ("

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from diffeval.data import longbench2 as data
+from diffeval.longctx.fitting import fit_document
 from diffeval.tasks import thinking
 from diffeval.tasks.base import RunContext
 from diffeval.tasks.choices.longbench2_options import LongBench2Options
-from diffeval.tasks.conversations.prompts import fit_document
 
 # LongBench v2's prompts/0shot.txt, its $DOC$, $Q$ and $C_A$ … $C_D$ as format fields
 OFFICIAL = (

@@ -3,10 +3,9 @@ document's middle (as LongBench truncates), never the template nor the chat temp
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Protocol
 
-from diffeval.errors import InputError
+from diffeval.longctx.fitting import fit_document
 from diffeval.models.backend import Backend
 
 
@@ -75,32 +74,3 @@ def fit_prompt_text(
         spec.max_new_tokens + thinking,
         beside,
     )
-
-
-def fit_document(
-    render: Callable[[str], str], document: str, backend: Backend, budget: int, reserved: int, beside: str
-) -> tuple[list[int], int, str]:
-    """The token ids of `render(document)` within `budget`, the document tokens cut from its middle (its first and
-    last halves kept, as LongBench truncates) and the prompt's text. `reserved`: the tokens the context holds beside
-    the budget (the answer's, the thinking's), named in the refusal (`beside` says what they are) of a prompt that
-    does not fit even without any document."""
-    text = render(document)
-    ids = backend.encode(text).ids
-    if len(ids) <= budget:
-        return ids, 0, text
-    context = backend.encode(document, special_tokens=False).ids
-    cut = len(ids) - budget
-    while True:  # decoding and re-encoding the two halves can shift a few tokens: cut until it fits
-        keep = max(len(context) - cut, 0)
-        head = backend.decode(context[: keep // 2])
-        tail = backend.decode(context[len(context) - (keep - keep // 2) :]) if keep else ""
-        text = render(head + tail)
-        ids = backend.encode(text).ids
-        if len(ids) <= budget:
-            return ids, len(context) - keep, text
-        if keep == 0:  # the template and question alone exceed the budget: no cut of the document helps
-            raise InputError(
-                f"--ctx {budget + reserved}: the prompt without any document takes {len(ids)} tokens, more than the "
-                f"{budget} left beside {beside}: use a longer --ctx"
-            )
-        cut += len(ids) - budget

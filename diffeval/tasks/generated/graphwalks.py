@@ -114,7 +114,7 @@ def make_samples(options: GraphwalksOptions, seed: int, limit: int | None = None
         for row, ctx, longest in prepared["rows"]:
             cell = (ctx, row.operation)
             taken[cell] = taken.get(cell, 0) + 1
-            if ctx is None or taken[cell] <= count:  # a row no length holds is counted, however many
+            if taken[cell] <= count:  # rows no length holds count against --samples too, per operation
                 key = f"graphwalks|openai|{row.index}|{sample_id(row.prompt)}"
                 out.append(GraphwalksSample(sample_id(key), ctx or longest, row.operation, row.depth, row.index, 0,
                                             seed, fits=ctx is not None, row=row))  # fmt: skip

@@ -18,7 +18,8 @@ ON_GENERATED = (lambda o: o.source == "generated", "with --source generated")
 class GraphwalksOptions:
     """GraphWalks (OpenAI): the nodes at one BFS depth, or a node's parents, over a long list of directed edges."""
 
-    ctx: list[int] = context_option([1024, 2048], help="context lengths: 1k, 4K, 65536 or a comma list (k = 1024)")
+    ctx: list[int] = context_option([2048, 4096], help="context lengths: 2k, 4K, 65536 or a comma list (k = 1024) "
+                                    "[default: 2k,4k; OpenAI's instruction and examples take about 500 tokens]")
     samples: int = option(10, help="samples per length × operation (× depth for bfs) cell; with --source openai, "
                           "rows per length × operation at most", identity=False)  # fmt: skip
     operations: list[str] = option(list(data.OPERATIONS), help="bfs, parents or both", flag="--operations",
