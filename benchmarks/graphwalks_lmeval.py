@@ -27,48 +27,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from statistics import mean
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's diffeval, not an installed one
+
+from vs_lmeval_ruler import model_folder, run  # noqa: E402
+
 TASK = "graphwalks_diffeval"
 UTILS = '''"""lm-eval's graphwalks scoring, for a task on local rows (by benchmarks/graphwalks_lmeval.py)."""
 from lm_eval.tasks.graphwalks.utils import process_results  # noqa: F401
 '''
 
 
-def model_folder(path: str | None) -> Path:
-    """The checkpoint both harnesses load: a folder, or a GGUF file's dequantized safetensors folder."""
-    from diffeval.models.checkpoints import gguf
-
-    if path is None:
-        sys.path.insert(0, str(REPO / "tests"))
-        from real_checkpoints import smollm2
-
-        found = smollm2()  # a Path, or the reason it could not be fetched
-        if isinstance(found, str):
-            raise SystemExit(f"real model unavailable: {found}")
-        path = str(found)
-    file = gguf.find(path, "m")
-    return gguf.dequantized(file, "m") if file else Path(path).expanduser()
-
-
-def run(command: list[str], threads: int) -> None:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=REPO)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(command[:6])} failed:\n{result.stderr[-3000:]}")
-
-
 def diffeval_run(model: Path, args, out: Path) -> list[dict]:
     flags = ["--ctx", args.lengths, "--samples", str(args.samples), "--nodes", str(args.nodes), "--degree",
              str(args.degree), "--chat-template", "--threads", str(args.threads)]  # fmt: skip
     run([sys.executable, "-m", "diffeval", "run", "graphwalks", "-m", f"m={model}", *flags, "--out", str(out)],
-        args.threads)  # fmt: skip
+        args.threads, cwd=REPO)  # fmt: skip
     return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines() if line.strip()]
 
 
@@ -134,7 +113,7 @@ def _lm_eval(model: Path, rows: list[dict], budget: int, threads: int, out: Path
     )
     run([sys.executable, "-m", "lm_eval", "--include_path", str(folder), "--model", "hf", "--model_args",
          f"pretrained={model},dtype=float32", "--tasks", TASK, "--apply_chat_template", "--device", "cpu",
-         "--batch_size", "1", "--output_path", str(out / "lm-eval"), "--log_samples"], threads)  # fmt: skip
+         "--batch_size", "1", "--output_path", str(out / "lm-eval"), "--log_samples"], threads, cwd=REPO)  # fmt: skip
 
 
 def interval(values: list[float]) -> str:

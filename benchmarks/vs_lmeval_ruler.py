@@ -88,9 +88,9 @@ def model_folder(path: str | None) -> Path:
     return gguf.dequantized(found, "m") if found else Path(path).expanduser()
 
 
-def run(command: list[str], threads: int) -> None:
+def run(command: list[str], threads: int, cwd: Path | None = None) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=cwd)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command[:5])} failed:\n{result.stderr[-3000:]}")
 
