@@ -9,15 +9,13 @@ registration, the attention analysis, `models inspect` and the attention-logit i
 """
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 
-from conftest import run_cli, run_cli_in_process
+from conftest import changed_checkpoint, run_cli, run_cli_in_process
 from diff_references import multihead_flashdiffv2, rope_rotate_half
 from diffeval.models.checkpoints.loading import load_model
 from diffeval.models.diff import v2_combine, v2_lambda
@@ -96,19 +94,6 @@ def test_v2_checkpoint_loads_as_diff_v2(v2_checkpoint):
     assert model.model.layers[0].self_attn.q_proj.weight.shape == (2 * 4 * 16, 64)
 
 
-def _copy(source, folder, tensors=None, config=None):
-    shutil.copytree(source, folder)
-    if tensors is not None:
-        weights = load_file(folder / "model.safetensors")
-        tensors(weights)
-        save_file(weights, folder / "model.safetensors", metadata={"format": "pt"})
-    if config is not None:
-        data = json.loads((folder / "config.json").read_text())
-        config(data)
-        (folder / "config.json").write_text(json.dumps(data))
-    return folder
-
-
 def _refusal(folder, out) -> str:
     result = run_cli_in_process("run", "needle", "-m", f"v2={folder}", "--ctx", "512", "--depths", "50",
                                 "--samples", "1", "--out", str(out))  # fmt: skip
@@ -121,15 +106,13 @@ def _refusal(folder, out) -> str:
 @pytest.mark.transformers_floor
 def test_weights_check_refuses_v2_weights_without_lambda_proj_or_config(v2_checkpoint, tmp_path):
     lam = "model.layers.1.self_attn.lambda_proj.weight"
-    no_lambda = _copy(v2_checkpoint, tmp_path / "no-lambda", tensors=lambda t: t.pop(lam))
+    no_lambda = changed_checkpoint(v2_checkpoint, tmp_path / "no-lambda", tensors=lambda t: t.pop(lam))
     line = _refusal(no_lambda, tmp_path / "run")
     assert f"model v2: the weights in {no_lambda} do not match DiffLlama2ForCausalLM (missing {lam})" in line
     assert "without its λ projections (lambda_proj" in line
 
-    def as_llama(config):
-        config.update(model_type="llama", architectures=["LlamaForCausalLM"])
-
-    llama_config = _copy(v2_checkpoint, tmp_path / "llama-config", config=as_llama)
+    as_llama = {"model_type": "llama", "architectures": ["LlamaForCausalLM"]}
+    llama_config = changed_checkpoint(v2_checkpoint, tmp_path / "llama-config", config=as_llama)
     line = _refusal(llama_config, tmp_path / "run")
     assert "unexpected model.layers.0.self_attn.lambda_proj.weight" in line
     assert "misshapen model.layers.0.self_attn.q_proj.weight [128, 64] (model [64, 64])" in line
